@@ -1,0 +1,1 @@
+"""Agent adapter: skills, MCP server, system-prompt text, per-turn pose context."""

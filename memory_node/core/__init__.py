@@ -1,0 +1,1 @@
+"""Pure-Python memory engine: no rclpy imports anywhere below this package."""

@@ -1,0 +1,182 @@
+"""Compaction: consolidate without losing anything.
+
+1. Thinning: sensor keyframes older than `retention_s` keep one row per space-time cell
+   (`thin_cell_m` × `thin_cell_s`, per stream); the others move to the `archive` table (their
+   metadata, text and blob files stay), and the kept row counts them in its tags.
+2. Folding: sensor observations that repeat the one before them (same stream, within
+   `fold_window_s` and `fold_radius_m`, cosine ≥ `fold_similarity`) are archived the same way.
+3. Summaries: when an LLM is configured, notes older than `summary_age_s` are summarised per
+   day into new notes in the `summaries` stream. Notes themselves are never archived.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memory_node.core.config import SENSOR_STREAMS
+from memory_node.core.query import SaveRequest
+from memory_node.core.types import Observation
+
+if TYPE_CHECKING:
+    from memory_node.core.engine import MemoryEngine
+
+log = logging.getLogger("memory_node.compaction")
+
+SUMMARY_PROMPT = (
+    "You summarise a robot's episodic notes for its long-term memory. Write a short factual "
+    "summary (at most 8 bullet points) of the notes below: who was met, where (keep x/y "
+    "coordinates), what was done or promised. Do not invent anything."
+)
+
+
+class Compactor:
+    def __init__(self, engine: MemoryEngine):
+        self.engine = engine
+        self.cfg = engine.config
+        self.store = engine.store
+
+    def run(self) -> dict[str, Any]:
+        now = self.engine.clock()
+        self.engine.sync()
+        thinned = self.thin(now)
+        folded = self.fold()
+        summaries = self.summarise(now)
+        self.engine.sync()
+        log.info("compaction: %d keyframes thinned, %d near-duplicates folded, summaries %s",
+                 thinned, folded, summaries["status"])
+        return {"ok": True, "thinned": thinned, "folded": folded, "summaries": summaries,
+                "archived_total": self._archived_total()}
+
+    def _archived_total(self) -> int:
+        with self.store._rlock:  # noqa: SLF001 - a read-only count on the store's connection
+            return int(self.store._r.execute("SELECT count(*) FROM archive").fetchone()[0])
+
+    # ---- 1. thinning ----------------------------------------------------------------------
+    def thin(self, now: float) -> int:
+        cutoff = now - self.cfg.retention_s
+        streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
+        marks = ",".join("?" * len(streams))
+        rows = self.store.rows(f"stream IN ({marks}) AND t < ?", [*streams, cutoff])
+        cells: dict[tuple, list[Observation]] = defaultdict(list)
+        for obs in rows:
+            ct = math.floor(obs.t / self.cfg.thin_cell_s)
+            if obs.pose is not None:
+                cell = (obs.stream, ct, math.floor(obs.pose.x / self.cfg.thin_cell_m),
+                        math.floor(obs.pose.y / self.cfg.thin_cell_m))
+            else:
+                cell = (obs.stream, ct, None, None)
+            cells[cell].append(obs)
+        total = 0
+        for members in cells.values():
+            if len(members) < 2:
+                continue
+            keep = max(members, key=lambda o: (o.t, o.id))  # the newest stands for the cell
+            total += self._merge(keep, [o for o in members if o.id != keep.id], "thinned")
+        return total
+
+    def _merge(self, keep: Observation, gone: list[Observation], reason: str) -> int:
+        if not gone:
+            return 0
+        moved = self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone})
+        tags = dict(keep.tags)
+        tags["merged"] = int(tags.get("merged", 0)) + moved
+        ts = [o.t for o in gone] + [keep.t] + list(tags.get("span", []))
+        tags["span"] = [min(ts), max(ts)]
+        self.store.update_tags(keep.id, tags)
+        return moved
+
+    # ---- 2. folding -----------------------------------------------------------------------
+    def fold(self) -> int:
+        start = int(self.store.get_meta("fold_checked_id") or 0)
+        streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
+        marks = ",".join("?" * len(streams))
+        rows = self.store.rows(f"stream IN ({marks}) AND id > ? AND model_id IS NOT NULL",
+                               [*streams, start])
+        by_stream: dict[str, list[Observation]] = defaultdict(list)
+        for obs in rows:
+            by_stream[obs.stream].append(obs)
+        total = 0
+        last_id = start
+        for members in by_stream.values():
+            members.sort(key=lambda o: (o.t, o.id))
+            anchor: Observation | None = None
+            anchor_vec: np.ndarray | None = None
+            pending: list[Observation] = []
+            for obs in members:
+                last_id = max(last_id, obs.id)
+                vec = self.engine.indexes.vector(obs.model_id, obs.stream, obs.id)
+                if (anchor is not None and vec is not None and anchor_vec is not None
+                        and obs.model_id == anchor.model_id
+                        and obs.t - anchor.t <= self.cfg.fold_window_s
+                        and _near(anchor, obs, self.cfg.fold_radius_m)
+                        and float(vec @ anchor_vec) >= self.cfg.fold_similarity):
+                    pending.append(obs)
+                    continue
+                if anchor is not None:
+                    total += self._merge(anchor, pending, "folded")
+                anchor, anchor_vec, pending = obs, vec, []
+            if anchor is not None:
+                total += self._merge(anchor, pending, "folded")
+        self.store.set_meta("fold_checked_id", str(last_id))
+        return total
+
+    # ---- 3. summaries ---------------------------------------------------------------------
+    def summarise(self, now: float) -> dict[str, Any]:
+        from memory_node.core.llm import ChatClient, resolve_llm_settings
+
+        settings = self.engine._llm_settings  # noqa: SLF001
+        if settings == "env":
+            settings = resolve_llm_settings()
+        if settings is None:
+            return {"status": "unavailable", "written": 0,
+                    "message": "no LLM configured (set VLM_API_KEY or OPENAI_API_KEY)"}
+        done = int(self.store.get_meta("summarised_note_id") or 0)
+        cutoff = now - self.cfg.summary_age_s
+        notes = self.store.rows("stream = 'events' AND id > ? AND t < ?", [done, cutoff])
+        if not notes:
+            return {"status": "ok", "written": 0, "message": "no notes old enough"}
+        by_day: dict[str, list[Observation]] = defaultdict(list)
+        for obs in notes[: self.cfg.summary_max_notes]:
+            by_day[datetime.fromtimestamp(obs.t, tz=timezone.utc).strftime("%Y-%m-%d")].append(obs)
+        client = ChatClient(settings, timeout=self.cfg.llm_timeout_s)
+        written = 0
+        for day, group in sorted(by_day.items()):
+            lines = []
+            for o in group:
+                where = f" at x={o.pose.x:.1f}, y={o.pose.y:.1f}" if o.pose else ""
+                when = datetime.fromtimestamp(o.t, tz=timezone.utc).strftime("%H:%M")
+                lines.append(f"- {when} UTC{where}: {o.text}")
+            try:
+                text = client.complete([
+                    {"role": "system", "content": SUMMARY_PROMPT},
+                    {"role": "user", "content": f"Notes of {day}:\n" + "\n".join(lines)},
+                ])
+            except Exception as exc:  # noqa: BLE001 - report, keep what was written
+                log.warning("summary of %s failed: %s", day, exc)
+                return {"status": "error", "written": written,
+                        "message": f"the LLM call failed: {exc}"}
+            text = (text or "").strip()
+            if not text:
+                return {"status": "error", "written": written, "message": "empty summary"}
+            last = group[-1]
+            tags = {"kind": "summary", "day": day, "notes": len(group),
+                    "from_id": group[0].id, "to_id": last.id}
+            self.engine.save_note(SaveRequest(text=text[: self.cfg.max_note_bytes], tags=tags),
+                                  stream="summaries", t=last.t, pose=last.pose)
+            self.store.set_meta("summarised_note_id", str(last.id))
+            written += 1
+        return {"status": "ok", "written": written, "model": settings.model,
+                "at": time.time()}
+
+
+def _near(a: Observation, b: Observation, radius: float) -> bool:
+    if a.pose is None or b.pose is None:
+        return a.pose is None and b.pose is None
+    return math.hypot(a.pose.x - b.pose.x, a.pose.y - b.pose.y) <= radius

@@ -1,0 +1,175 @@
+"""Engine configuration: one typed record, filled from YAML/ROS parameters with env fallbacks."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STREAMS = ("camera", "lidar", "odom", "events", "summaries")
+SENSOR_STREAMS = ("camera", "lidar", "odom")
+NOTE_STREAMS = ("events", "summaries")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Everything the engine needs; `identity()` is what makes two configurations 'the same'."""
+
+    memory_dir: str = "./agent_memory"
+    onnx_threads: int = 1
+    # Embedding: a text model for notes and descriptions; camera frames are described by the
+    # OpenCV heuristic describer and the description is embedded, unless `image_embedder` is
+    # "clip" (then frames get CLIP image vectors from the configured ONNX files).
+    text_embedder: str = "minilm"
+    image_embedder: str = ""
+    describer: str = "opencv"
+    clip_image_model: str = ""
+    clip_text_model: str = ""
+    clip_tokenizer: str = ""
+    # Query limits.
+    k_default: int = 5
+    k_max: int = 100
+    max_query_bytes: int = 65536
+    max_note_bytes: int = 32768
+    streams: tuple[str, ...] = DEFAULT_STREAMS
+    # Planner: exact scoring of candidate sets up to this size by gathering their vectors;
+    # larger sets are scored by one matrix-vector product over the whole stream, then masked.
+    exact_gather_max: int = 20000
+    # Unfiltered semantic search over a stream with at least this many vectors uses HNSW.
+    hnsw_min_rows: int = 20000
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 80
+    hnsw_ef_search: int = 128
+    index_persist_interval_s: float = 300.0
+    # Near-duplicate notes (same meaning, same place, within a window) are folded on save.
+    note_fold_similarity: float = 0.9
+    note_fold_radius_m: float = 1.0
+    note_fold_window_s: float = 60.0
+    # Compaction.
+    retention_s: float = 86400.0
+    thin_cell_m: float = 1.0
+    thin_cell_s: float = 300.0
+    fold_similarity: float = 0.985
+    fold_radius_m: float = 0.5
+    fold_window_s: float = 30.0
+    summary_age_s: float = 86400.0
+    summary_max_notes: int = 200
+    llm_timeout_s: float = 60.0
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_mapping(
+        cls, values: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    ) -> MemoryConfig:
+        """Build from a mapping (YAML, ROS parameters); unset keys fall back to env, then defaults.
+
+        Unknown keys and wrong types raise ConfigError naming the key, so a typo in a YAML
+        file is reported instead of silently ignored.
+        """
+        env = os.environ if env is None else env
+        values = dict(values or {})
+        kwargs: dict[str, Any] = {}
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
+        for name, fld in known.items():
+            if name in values and values[name] is not None and values[name] != "":
+                kwargs[name] = _coerce(name, values[name], fld.default)
+        if "memory_dir" not in kwargs and env.get("AGENT_MEMORY_DIR"):
+            kwargs["memory_dir"] = env["AGENT_MEMORY_DIR"]
+        if "onnx_threads" not in kwargs and env.get("MEMSEARCH_ONNX_THREADS"):
+            kwargs["onnx_threads"] = _coerce("onnx_threads", env["MEMSEARCH_ONNX_THREADS"], 1)
+        cfg = cls(**kwargs)
+        cfg.validate()
+        return cfg
+
+    def replace(self, **changes: Any) -> MemoryConfig:
+        cfg = dataclasses.replace(self, **changes)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.onnx_threads < 1:
+            raise ConfigError("onnx_threads must be >= 1")
+        if not 1 <= self.k_default <= self.k_max:
+            raise ConfigError("k_default must be between 1 and k_max")
+        if self.max_note_bytes < 1 or self.max_query_bytes < 1:
+            raise ConfigError("max_note_bytes and max_query_bytes must be positive")
+        for name in ("events", "summaries"):
+            if name not in self.streams:
+                raise ConfigError(f"streams must include '{name}'")
+        for s in self.streams:
+            if not s or not all(c.isalnum() or c in "_-" for c in s):
+                raise ConfigError(f"stream name {s!r} must be letters, digits, '_' or '-'")
+        if self.image_embedder not in ("", "clip"):
+            raise ConfigError("image_embedder must be '' (describe + text model) or 'clip'")
+
+    # ---- derived ------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return Path(self.memory_dir).expanduser()
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "memory.db"
+
+    @property
+    def notes_dir(self) -> Path:
+        return self.root / "notes"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.root / "blobs"
+
+    def identity(self) -> dict[str, Any]:
+        """The values that decide whether a second configure is a no-op (all of them)."""
+        d = dataclasses.asdict(self)
+        d["memory_dir"] = str(self.root.resolve())
+        return d
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Convert a YAML/parameter value to the type of the field's default, strictly."""
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                return value.lower() in ("true", "1")
+            raise TypeError
+        if isinstance(default, int):
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, float) and not value.is_integer():
+                raise TypeError
+            return int(value)
+        if isinstance(default, float):
+            if isinstance(value, bool):
+                raise TypeError
+            out = float(value)
+            if not math.isfinite(out):
+                raise TypeError
+            return out
+        if isinstance(default, tuple):
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            return tuple(str(v) for v in value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"configuration key {name!r}: {value!r} is not a valid {type(default).__name__}"
+        ) from None
+

@@ -1,0 +1,426 @@
+"""SQLite (WAL) observation store: the source of truth, shared by processes on one directory.
+
+Layout: `observations` (one row per kept observation, embedding as a float32 blob), `obs_xy`
+(an R*Tree on x, y for radius queries), `vector_log` (a change feed of vectors so other
+processes and the in-memory indexes catch up incrementally), `archive` (rows thinned or folded
+by compaction: never deleted), and `meta`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_node.core.query import SearchRequest
+from memory_node.core.store.base import Candidates, ObservationStore, VectorChange
+from memory_node.core.types import Observation, Pose
+
+SCHEMA_VERSION = "1"
+
+_COLUMNS = (
+    "id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, note_key"
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS observations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT NOT NULL,
+    t REAL NOT NULL,
+    x REAL, y REAL, z REAL, yaw REAL,
+    frame TEXT,
+    pose_source TEXT NOT NULL DEFAULT 'none',
+    tags TEXT NOT NULL DEFAULT '{}',
+    text TEXT NOT NULL DEFAULT '',
+    ref TEXT,
+    embedding BLOB,
+    model_id TEXT,
+    note_key TEXT UNIQUE,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS obs_stream_t ON observations(stream, t);
+CREATE VIRTUAL TABLE IF NOT EXISTS obs_xy USING rtree(id, min_x, max_x, min_y, max_y);
+CREATE TABLE IF NOT EXISTS vector_log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    obs_id INTEGER NOT NULL,
+    op TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS archive (
+    id INTEGER PRIMARY KEY,
+    stream TEXT NOT NULL,
+    t REAL NOT NULL,
+    x REAL, y REAL, z REAL, yaw REAL,
+    frame TEXT,
+    pose_source TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    text TEXT NOT NULL,
+    ref TEXT,
+    model_id TEXT,
+    note_key TEXT,
+    created REAL NOT NULL,
+    archived_at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    kept_id INTEGER
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def _json_path(key: str) -> str:
+    return "$." + key  # keys are validated against TAG_KEY before they get here
+
+
+class SqliteObservationStore(ObservationStore):
+    """One write connection and one read connection, each behind its own lock.
+
+    WAL lets the read connection (searches) run while another thread or process writes.
+    """
+
+    def __init__(self, db_path: Path, *, timeout_s: float = 10.0):
+        self.path = Path(db_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._wlock = threading.RLock()
+        self._rlock = threading.RLock()
+        self._w = self._connect(timeout_s)
+        with self._wlock:
+            self._w.executescript(_SCHEMA)
+            self._w.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                (SCHEMA_VERSION,),
+            )
+            self._w.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('db_uuid', ?)",
+                (uuid.uuid4().hex,),
+            )
+        self._r = self._connect(timeout_s)
+
+    def _connect(self, timeout_s: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+        return conn
+
+    # ---- writes -------------------------------------------------------------------------
+    def insert(
+        self, rows: Sequence[Observation], vectors: Sequence[np.ndarray | None]
+    ) -> list[int]:
+        if len(rows) != len(vectors):
+            raise ValueError("rows and vectors differ in length")
+        now = time.time()
+        ids: list[int] = []
+        with self._wlock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                for obs, vec in zip(rows, vectors):
+                    p = obs.pose
+                    blob = None if vec is None else np.asarray(vec, np.float32).tobytes()
+                    cur = self._w.execute(
+                        "INSERT INTO observations(stream, t, x, y, z, yaw, frame, pose_source,"
+                        " tags, text, ref, embedding, model_id, note_key, created)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            obs.stream, float(obs.t),
+                            p.x if p else None, p.y if p else None,
+                            p.z if p else None, p.yaw if p else None,
+                            p.frame if p else None, p.source if p else "none",
+                            json.dumps(obs.tags, separators=(",", ":")), obs.text, obs.ref,
+                            blob, obs.model_id if vec is not None else None,
+                            obs.note_key, now,
+                        ),
+                    )
+                    oid = int(cur.lastrowid)
+                    ids.append(oid)
+                    if p is not None:
+                        self._w.execute(
+                            "INSERT INTO obs_xy(id, min_x, max_x, min_y, max_y)"
+                            " VALUES (?,?,?,?,?)",
+                            (oid, p.x, p.x, p.y, p.y),
+                        )
+                    if vec is not None:
+                        self._w.execute(
+                            "INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')", (oid,)
+                        )
+                self._w.execute("COMMIT")
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
+        for obs, oid in zip(rows, ids):
+            obs.id = oid
+        return ids
+
+    def set_vector(self, obs_id: int, vector: np.ndarray, model_id: str) -> None:
+        with self._wlock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._w.execute(
+                    "UPDATE observations SET embedding=?, model_id=? WHERE id=?",
+                    (np.asarray(vector, np.float32).tobytes(), model_id, obs_id),
+                )
+                if cur.rowcount:
+                    self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
+                                    (obs_id,))
+                self._w.execute("COMMIT")
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
+
+    def update_tags(self, obs_id: int, tags: dict[str, Any]) -> None:
+        with self._wlock:
+            self._w.execute("UPDATE observations SET tags=? WHERE id=?",
+                            (json.dumps(tags, separators=(",", ":")), obs_id))
+
+    def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None) -> int:
+        if not ids:
+            return 0
+        kept = kept or {}
+        now = time.time()
+        moved = 0
+        with self._wlock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                for oid in ids:
+                    cur = self._w.execute(
+                        "INSERT OR IGNORE INTO archive(id, stream, t, x, y, z, yaw, frame,"
+                        " pose_source, tags, text, ref, model_id, note_key, created,"
+                        " archived_at, reason, kept_id)"
+                        " SELECT id, stream, t, x, y, z, yaw, frame, pose_source, tags, text,"
+                        " ref, model_id, note_key, created, ?, ?, ? FROM observations"
+                        " WHERE id=?",
+                        (now, reason, kept.get(oid), oid),
+                    )
+                    if not cur.rowcount:
+                        continue
+                    had_vec = self._w.execute(
+                        "SELECT embedding IS NOT NULL FROM observations WHERE id=?", (oid,)
+                    ).fetchone()[0]
+                    self._w.execute("DELETE FROM observations WHERE id=?", (oid,))
+                    self._w.execute("DELETE FROM obs_xy WHERE id=?", (oid,))
+                    if had_vec:
+                        self._w.execute(
+                            "INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')", (oid,)
+                        )
+                    moved += 1
+                self._w.execute("COMMIT")
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
+        return moved
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._wlock:
+            self._w.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    # ---- reads --------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        with self._rlock:
+            row = self._r.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (thread or process) commits."""
+        with self._rlock:
+            return int(self._r.execute("PRAGMA data_version").fetchone()[0])
+
+    def max_vector_seq(self) -> int:
+        with self._rlock:
+            row = self._r.execute("SELECT max(seq) FROM vector_log").fetchone()
+        return int(row[0] or 0)
+
+    @staticmethod
+    def _row(r: tuple) -> Observation:
+        (oid, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id, note_key) = r
+        pose = None
+        if x is not None and y is not None:
+            pose = Pose(x=x, y=y, z=z or 0.0, yaw=yaw or 0.0, frame=frame or "", source=source)
+        return Observation(stream=stream, t=t, pose=pose, tags=json.loads(tags), text=text,
+                           ref=ref, id=oid, model_id=model_id, note_key=note_key)
+
+    def get(self, ids: Sequence[int]) -> dict[int, Observation]:
+        out: dict[int, Observation] = {}
+        ids = [int(i) for i in ids]
+        with self._rlock:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for r in self._r.execute(
+                    f"SELECT {_COLUMNS} FROM observations WHERE id IN ({marks})", chunk
+                ):
+                    out[r[0]] = self._row(r)
+        return out
+
+    def _where(self, req: SearchRequest) -> tuple[str, str, list[Any]]:
+        """(join clause, where clause, params) for every filter of `req`."""
+        join, conds, params = "", [], []
+        if req.near is not None:
+            nx, ny = req.near
+            r = req.radius
+            join = ("JOIN obs_xy ON obs_xy.id = o.id AND obs_xy.min_x <= ? AND obs_xy.max_x >= ?"
+                    " AND obs_xy.min_y <= ? AND obs_xy.max_y >= ?")
+            params += [nx + r, nx - r, ny + r, ny - r]
+            conds.append("((o.x - ?) * (o.x - ?) + (o.y - ?) * (o.y - ?)) <= ?")
+            params += [nx, nx, ny, ny, r * r]
+        if req.streams:
+            conds.append(f"o.stream IN ({','.join('?' * len(req.streams))})")
+            params += list(req.streams)
+        if req.t_min is not None:
+            conds.append("o.t >= ?")
+            params.append(req.t_min)
+        if req.t_max is not None:
+            conds.append("o.t <= ?")
+            params.append(req.t_max)
+        for key, value in req.tags.items():
+            path = _json_path(key)
+            if isinstance(value, dict):
+                conds.append("json_type(o.tags, ?) IN ('integer', 'real')")
+                params.append(path)
+                for op, bound in value.items():
+                    sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
+                    conds.append(f"json_extract(o.tags, ?) {sym} ?")
+                    params += [path, bound]
+            elif value is None:
+                conds.append("json_extract(o.tags, ?) IS NULL")
+                params.append(path)
+            else:
+                v = int(value) if isinstance(value, bool) else value
+                conds.append(
+                    "(CASE WHEN json_type(o.tags, ?) = 'array' THEN EXISTS ("
+                    "SELECT 1 FROM json_each(o.tags, ?) WHERE json_each.value = ?)"
+                    " ELSE json_extract(o.tags, ?) = ? END)"
+                )
+                params += [path, path, v, path, v]
+        where = ("WHERE " + " AND ".join(conds)) if conds else ""
+        return join, where, params
+
+    def candidates(self, req: SearchRequest) -> Candidates:
+        join, where, params = self._where(req)
+        sql = f"SELECT o.id, o.stream, o.model_id FROM observations o {join} {where}"
+        with self._rlock:
+            rows = self._r.execute(sql, params).fetchall()
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        return Candidates(ids=ids, streams=[r[1] for r in rows], model_ids=[r[2] for r in rows])
+
+    def ordered(self, req: SearchRequest, limit: int) -> list[Observation]:
+        join, where, params = self._where(req)
+        key = req.order_by
+        if key in ("-time", "time", "score"):
+            direction = "ASC" if key == "time" else "DESC"
+            order = f"o.t {direction}, o.id {direction}"
+        else:
+            direction = "DESC" if key.startswith("-") else "ASC"
+            path = _json_path(key.lstrip("-"))
+            numeric = (f"(CASE WHEN json_type(o.tags, '{path}') IN ('integer', 'real')"
+                       f" THEN json_extract(o.tags, '{path}') END)")
+            order = f"{numeric} IS NULL, {numeric} {direction}, o.t DESC, o.id DESC"
+        cols = ", ".join("o." + c.strip() for c in _COLUMNS.split(","))
+        sql = f"SELECT {cols} FROM observations o {join} {where} ORDER BY {order} LIMIT ?"
+        with self._rlock:
+            rows = self._r.execute(sql, params + [int(limit)]).fetchall()
+        return [self._row(r) for r in rows]
+
+    def vector_changes(self, after_seq: int) -> Iterator[VectorChange]:
+        with self._rlock:
+            log = self._r.execute(
+                "SELECT seq, obs_id, op FROM vector_log WHERE seq > ? ORDER BY seq", (after_seq,)
+            ).fetchall()
+        adds = [oid for _, oid, op in log if op == "add"]
+        vecs: dict[int, tuple[str, str, bytes]] = {}
+        with self._rlock:
+            for start in range(0, len(adds), 900):
+                chunk = adds[start:start + 900]
+                marks = ",".join("?" * len(chunk))
+                for oid, stream, model_id, blob in self._r.execute(
+                    "SELECT id, stream, model_id, embedding FROM observations"
+                    f" WHERE id IN ({marks}) AND embedding IS NOT NULL", chunk
+                ):
+                    vecs[oid] = (stream, model_id, blob)
+        for seq, oid, op in log:
+            if op == "add":
+                if oid not in vecs:  # archived since; its 'del' follows in the log
+                    continue
+                stream, model_id, blob = vecs[oid]
+                yield VectorChange(seq, oid, "add", stream, model_id,
+                                   np.frombuffer(blob, dtype=np.float32))
+            else:
+                yield VectorChange(seq, oid, "del")
+
+    def all_vectors(self) -> Iterator[tuple[int, str, str, bytes]]:
+        """(id, stream, model_id, blob) of every vector, in id order, for index rebuilds."""
+        with self._rlock:
+            cur = self._r.execute(
+                "SELECT id, stream, model_id, embedding FROM observations"
+                " WHERE embedding IS NOT NULL ORDER BY id"
+            )
+            while True:
+                batch = cur.fetchmany(10000)
+                if not batch:
+                    break
+                yield from batch
+
+    def rows_without_vectors(self, streams: Sequence[str]) -> list[Observation]:
+        marks = ",".join("?" * len(streams))
+        with self._rlock:
+            rows = self._r.execute(
+                f"SELECT {_COLUMNS} FROM observations WHERE embedding IS NULL"
+                f" AND text != '' AND stream IN ({marks}) ORDER BY id", list(streams)
+            ).fetchall()
+        return [self._row(r) for r in rows]
+
+    def note_keys(self) -> set[str]:
+        with self._rlock:
+            rows = self._r.execute(
+                "SELECT note_key FROM observations WHERE note_key IS NOT NULL"
+                " UNION SELECT note_key FROM archive WHERE note_key IS NOT NULL"
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def find_by_note_key(self, key: str) -> Observation | None:
+        with self._rlock:
+            r = self._r.execute(
+                f"SELECT {_COLUMNS} FROM observations WHERE note_key=?", (key,)
+            ).fetchone()
+        return None if r is None else self._row(r)
+
+    def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Observation]:
+        """Rows matching a raw SQL condition (internal callers only: compaction)."""
+        sql = f"SELECT {_COLUMNS} FROM observations {('WHERE ' + where) if where else ''}"
+        with self._rlock:
+            return [self._row(r) for r in self._r.execute(sql + " ORDER BY id", list(params))]
+
+    def vector_of(self, obs_id: int) -> np.ndarray | None:
+        with self._rlock:
+            r = self._r.execute("SELECT embedding FROM observations WHERE id=?",
+                                (obs_id,)).fetchone()
+        return None if r is None or r[0] is None else np.frombuffer(r[0], dtype=np.float32)
+
+    def stream_stats(self) -> list[dict]:
+        with self._rlock:
+            rows = self._r.execute(
+                "SELECT stream, count(*), min(t), max(t), count(embedding) FROM observations"
+                " GROUP BY stream ORDER BY stream"
+            ).fetchall()
+        return [
+            {"name": s, "count": n, "first_t": a, "last_t": b, "semantic": bool(v)}
+            for s, n, a, b, v in rows
+        ]
+
+    def count(self) -> int:
+        with self._rlock:
+            return int(self._r.execute("SELECT count(*) FROM observations").fetchone()[0])
+
+    def close(self) -> None:
+        with self._wlock, self._rlock:
+            for conn in (self._r, self._w):
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass

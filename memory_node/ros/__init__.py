@@ -1,0 +1,1 @@
+"""rclpy layer: nodes, TF buffer, message conversion, replay, command-line client."""

@@ -1,0 +1,1 @@
+"""Deterministic sample recording of a Go2-like robot exploring a small flat."""
