@@ -179,7 +179,9 @@ def parse_file(content: str, file_name: str, day: str, mtime: float) -> list[Not
     return entries
 
 
-def _parse_entry(lines: list[str], i: int, m: re.Match, file_name: str) -> tuple[NoteEntry | None, int]:
+def _parse_entry(
+    lines: list[str], i: int, m: re.Match, file_name: str
+) -> tuple[NoteEntry | None, int]:
     t: float | None = None
     pose: Pose | None = None
     tags: dict[str, Any] = {}

@@ -37,7 +37,9 @@ class ObservationStore(ABC):
     """Durable rows + filters. Implementations must be safe to share between threads."""
 
     @abstractmethod
-    def insert(self, rows: Sequence[Observation], vectors: Sequence[np.ndarray | None]) -> list[int]:
+    def insert(
+        self, rows: Sequence[Observation], vectors: Sequence[np.ndarray | None]
+    ) -> list[int]:
         """Insert rows atomically (all or none); returns their ids in order."""
 
     @abstractmethod

@@ -1,0 +1,262 @@
+"""The engine facade against DESIGN.md's JSON contract, as an agent or a ROS client sees it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import numpy as np
+import pytest
+from engine_support import T0, FakeClock, PoseBox, make_engine
+
+from memory_node.core.engine import CameraFrame
+from memory_node.core.llm import LLMSettings
+from memory_node.core.types import Pose
+
+
+@pytest.fixture
+def env(tmp_path):
+    clock, pose = FakeClock(), PoseBox(Pose(1.0, 2.0, 0.0, 0.5))
+    eng = make_engine(tmp_path / "mem", clock, pose)
+    yield eng, clock, pose, tmp_path / "mem"
+    eng.close()
+
+
+def call(fn, arg=None):
+    out = fn() if arg is None else fn(arg)
+    assert isinstance(out, str)
+    return json.loads(out)
+
+
+def snapshot(root):
+    """Everything a bad request must leave untouched."""
+    db = (root / "memory.db").read_bytes()
+    notes = {p.name: p.read_text() for p in (root / "notes").glob("*.md")}
+    return db, notes
+
+
+def test_save_then_search_contract_shape(env):
+    eng, clock, pose, root = env
+    saved = call(eng.save, "Met Alice at the front door. She wore a red coat.")
+    assert saved["ok"] is True and saved["indexed"] is True
+    assert isinstance(saved["id"], int) and saved["t"] == T0
+    assert saved["pose"] == {"x": 1.0, "y": 2.0, "z": 0.0, "yaw": 0.5, "frame": "map",
+                             "source": "tf"}
+    clock.t += 300
+    res = call(eng.search, "who did I greet at the door")
+    assert res["ok"] is True and res["count"] == 1 and isinstance(res["took_ms"], float)
+    [r] = res["results"]
+    assert set(r) == {"id", "stream", "t", "pose", "score", "tags", "text", "ref"}
+    assert r["id"] == saved["id"] and r["stream"] == "events" and r["score"] > 0.3
+    md = next((root / "notes").glob("*_notes.md")).read_text()
+    assert "Met Alice at the front door" in md and "2025-11-30" in md
+
+
+def test_streams_lists_every_stream_with_rows(env):
+    eng, clock, pose, _ = env
+    assert call(eng.streams) == {"ok": True, "streams": [], "took_ms": pytest.approx(0, abs=50)}
+    eng.save("note one")
+    eng.add_observation("odom", T0 + 5, Pose(0, 0), {"speed": 0.4})
+    streams = {s["name"]: s for s in call(eng.streams)["streams"]}
+    assert streams["events"]["count"] == 1 and streams["events"]["semantic"] is True
+    assert streams["odom"] == {"name": "odom", "count": 1, "first_t": T0 + 5, "last_t": T0 + 5,
+                               "semantic": False}
+
+
+def test_bad_requests_change_nothing(env):
+    eng, clock, pose, root = env
+    eng.save("a note that must survive")
+    before = snapshot(root)
+    bad = ['{"radius": NaN}', "{oops", '{"k": 0}', '{"stream": "nope"}',
+           '{"near_x": 1, "near_y": 1, "radius": -2}', "x" * 100_000]
+    for q in bad:
+        res = call(eng.search, q)
+        assert res["ok"] is False and res["error"]["code"] == "bad_request", q
+        assert res["error"]["message"]
+    for note in ["", "x" * 10_000_000, '{"note": 3}', '{"note": "x", "tags": {"a": NaN}}']:
+        res = call(eng.save, note)
+        assert res["ok"] is False and res["error"]["code"] == "bad_request"
+    assert snapshot(root) == before
+    assert call(eng.search, "survive")["count"] == 1
+
+
+def test_near_here_needs_a_pose(env):
+    eng, clock, pose, _ = env
+    eng.save("kitchen note")
+    assert call(eng.search, '{"near_here": true, "radius": 1}')["count"] == 1
+    pose.pose = None
+    res = call(eng.search, '{"near_here": true}')
+    assert res["error"]["code"] == "unavailable" and "pose" in res["error"]["message"]
+
+
+def test_save_without_pose_is_stored_with_source_none(env):
+    eng, clock, pose, _ = env
+    pose.pose = None
+    saved = call(eng.save, "heard a loud noise")
+    assert saved["pose"]["source"] == "none" and saved["pose"]["x"] is None
+    assert call(eng.search, '{"near_x": 0, "near_y": 0, "radius": 100}')["count"] == 0
+    assert call(eng.search, "loud noise")["count"] == 1
+
+
+def test_near_duplicate_notes_are_folded(env):
+    eng, clock, pose, root = env
+    first = call(eng.save, "Met Bob near the kitchen entrance.")
+    clock.t += 20
+    again = call(eng.save, "Met Bob near the kitchen entrance")
+    assert again["folded"] is True and again["id"] == first["id"]
+    clock.t += 120  # outside the folding window: a new note
+    third = call(eng.save, "Met Bob near the kitchen entrance.")
+    assert third["id"] != first["id"]
+    pose.pose = Pose(8, 8)  # elsewhere: a new note too
+    clock.t += 1
+    assert call(eng.save, "Met Bob near the kitchen entrance.")["id"] != third["id"]
+    assert call(eng.streams)["streams"][0]["count"] == 3
+    md = next((root / "notes").glob("*.md")).read_text()
+    assert md.count("Met Bob") == 3
+
+
+def test_filters_tags_and_order(env):
+    eng, clock, pose, _ = env
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        img = np.full((120, 160, 3), int(20 * i), np.uint8)
+        eng.add_camera_frames([CameraFrame(T0 + i * 10, Pose(i * 0.5, 0), img,
+                                           {"frame": i})])
+    clock.t = T0 + 200
+    brightest = call(eng.search, '{"stream": "camera", "order_by": "-brightness", "k": 1}')
+    assert brightest["results"][0]["tags"]["frame"] == 11
+    assert brightest["results"][0]["ref"].startswith("blobs/camera/")
+    near = call(eng.search, '{"stream": "camera", "near_x": 0, "near_y": 0, "radius": 1.01}')
+    assert sorted(r["tags"]["frame"] for r in near["results"]) == [0, 1, 2]
+    recent = call(eng.search, '{"stream": "camera", "after_seconds_ago": 105, "k": 50}')
+    assert [r["tags"]["frame"] for r in recent["results"]] == [11, 10]
+    old = call(eng.search, '{"stream": "camera", "before_seconds_ago": 175, "order_by": "time"}')
+    assert [r["tags"]["frame"] for r in old["results"]] == [0, 1, 2]
+    dark = call(eng.search, '{"stream": "camera", "tags": {"brightness": {"lt": 0.1}}}')
+    assert {r["tags"]["frame"] for r in dark["results"]} == {0, 1}
+    combined = call(eng.search, json.dumps({
+        "stream": "camera", "semantic_query": "a dark scene", "near_x": 2, "near_y": 0,
+        "radius": 1.5, "after_seconds_ago": 180, "k": 3}))
+    frames = [r["tags"]["frame"] for r in combined["results"]]
+    assert len(frames) == 3 and all(2 <= f <= 7 for f in frames)
+    assert all(r["score"] is not None for r in combined["results"])
+    _ = rng
+
+
+def test_compact_without_llm_reports_unavailable_and_keeps_notes(env):
+    eng, clock, pose, _ = env
+    eng.save("remember the red door")
+    for i in range(20):  # a robot standing still for 20 frames, two days ago
+        eng.add_observation("odom", T0 - 2 * 86400 + i, Pose(0.1, 0.1), {"speed": 0.0})
+    res = call(eng.compact)
+    assert res["ok"] is True and res["summaries"]["status"] == "unavailable"
+    assert res["thinned"] == 19 and res["archived_total"] == 19
+    streams = {s["name"]: s for s in call(eng.streams)["streams"]}
+    assert streams["odom"]["count"] == 1 and streams["events"]["count"] == 1
+    [kept] = call(eng.search, '{"stream": "odom"}')["results"]
+    assert kept["tags"]["merged"] == 19 and kept["tags"]["span"] == [T0 - 2 * 86400,
+                                                                       T0 - 2 * 86400 + 19]
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ChatHandler.requests.append({"path": self.path, "auth": self.headers["Authorization"],
+                                     "body": body})
+        reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                     "role": "assistant", "content": "- Met Alice at the front door."}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_compact_writes_llm_summaries_of_old_notes(tmp_path):
+    server = HTTPServer(("127.0.0.1", 0), ChatHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings = LLMSettings(base_url=f"http://127.0.0.1:{server.server_port}/v1",
+                               api_key="sk-test-secret", model="gpt-5.5")
+        clock = FakeClock(T0)
+        eng = make_engine(tmp_path / "m", clock, PoseBox(Pose(3, 4)), llm_settings=settings)
+        eng.save("Met Alice at the front door.")
+        eng.save('{"note": "Fed the cat in the kitchen", "tags": {"room": "kitchen"}}')
+        clock.t += 2 * 86400
+        res = call(eng.compact)
+        assert res["summaries"]["status"] == "ok" and res["summaries"]["written"] == 1
+        [req] = ChatHandler.requests
+        assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-test-secret"
+        assert "Met Alice" in req["body"]["messages"][-1]["content"]
+        summ = call(eng.search, '{"stream": "summaries"}')["results"]
+        assert summ[0]["text"] == "- Met Alice at the front door."
+        assert summ[0]["tags"]["notes"] == 2
+        assert call(eng.search, '{"stream": "events"}')["count"] == 2  # notes stay
+        again = call(eng.compact)  # nothing new to summarise
+        assert again["summaries"]["written"] == 0 and len(ChatHandler.requests) == 1
+        eng.close()
+    finally:
+        server.shutdown()
+
+
+def test_markdown_is_the_record_of_notes(tmp_path):
+    root = tmp_path / "m"
+    eng = make_engine(root, FakeClock(), PoseBox(Pose(1, 1)))
+    eng.save("## not a heading\n# nor this\nMet Carol in the garden")
+    eng.close()
+    notes = next((root / "notes").glob("*.md"))
+    with open(notes, "a") as fh:  # a person adds a note by hand
+        fh.write("\n## Kitchen\nThe fridge door squeaks.\n")
+    (root / "memory.db").unlink()
+    for p in root.glob("memory.db-*"):
+        p.unlink()
+    shutil.rmtree(root / "index")
+    eng = make_engine(root, FakeClock(), PoseBox())
+    res = call(eng.search, '{"stream": "events", "k": 10}')
+    texts = sorted(r["text"] for r in res["results"])
+    assert texts == ["## Kitchen\nThe fridge door squeaks.",
+                     "## not a heading\n# nor this\nMet Carol in the garden"]
+    carol = next(r for r in res["results"] if "Carol" in r["text"])
+    assert carol["pose"]["x"] == 1.0
+    eng.close()
+    eng = make_engine(root, FakeClock(), PoseBox())  # picked up once, not twice
+    assert call(eng.streams)["streams"][0]["count"] == 2
+    eng.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "foreign"])
+def test_index_cache_is_rebuilt_when_unusable(tmp_path, damage):
+    root = tmp_path / "m"
+    eng = make_engine(root)
+    for text in ["red door", "green sofa", "bright window"]:
+        eng.save(text)
+    want = call(eng.search, "a door")["results"]
+    eng.close()
+    idx = root / "index"
+    if damage == "missing":
+        shutil.rmtree(idx)
+    elif damage == "corrupt":
+        for f in idx.glob("*.npy"):
+            f.write_bytes(b"garbage")
+    else:
+        manifest = json.loads((idx / "manifest.json").read_text())
+        manifest["db_uuid"] = "someone-else"
+        (idx / "manifest.json").write_text(json.dumps(manifest))
+    eng = make_engine(root)
+    assert call(eng.search, "a door")["results"] == want
+    eng.close()
+
+
+def test_closed_engine_answers_unavailable(tmp_path):
+    eng = make_engine(tmp_path / "m")
+    eng.close()
+    assert call(eng.search, "x")["error"]["code"] == "unavailable"

@@ -1,0 +1,105 @@
+"""Every vector index implementation ranks like brute force (exactly when restricted)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memory_node.core.vectors import INDEX_KINDS, make_index, top_k
+
+DIM = 16
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _brute(ids, vecs, q, k, allowed=None):
+    if allowed is not None:
+        mask = np.isin(ids, allowed)
+        ids, vecs = ids[mask], vecs[mask]
+    return top_k(ids, vecs @ q, k)
+
+
+def _make(kind: str):
+    # HNSW with a tiny threshold so its graph is really used for unrestricted searches.
+    opts = {"min_rows": 50, "ef_search": 256} if kind == "hnsw" else {}
+    return make_index(kind, DIM, **opts)
+
+
+@pytest.mark.parametrize("kind", INDEX_KINDS)
+def test_restricted_search_is_exact(kind):
+    rng = np.random.default_rng(1)
+    ids = np.arange(10, 1010, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    idx = _make(kind)
+    idx.add(ids, vecs)
+    assert len(idx) == len(ids)
+    for trial in range(20):
+        q = _unit(rng, 1)[0]
+        allowed = rng.choice(ids, size=int(rng.integers(1, 60)), replace=False)
+        got_ids, got_scores = idx.search(q, 5, candidates=allowed)
+        want_ids, want_scores = _brute(ids, vecs, q, 5, allowed)
+        assert got_ids.tolist() == want_ids.tolist(), f"trial {trial}"
+        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", INDEX_KINDS)
+def test_unrestricted_search_recall(kind):
+    rng = np.random.default_rng(2)
+    ids = np.arange(2000, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    idx = _make(kind)
+    idx.add(ids, vecs)
+    hits = 0
+    for _ in range(30):
+        q = _unit(rng, 1)[0]
+        got, _ = idx.search(q, 5)
+        want, _ = _brute(ids, vecs, q, 5)
+        hits += len(set(got.tolist()) & set(want.tolist()))
+    recall = hits / (30 * 5)
+    assert recall == 1.0 if idx.exact else recall >= 0.95
+
+
+@pytest.mark.parametrize("kind", INDEX_KINDS)
+def test_remove_and_readd(kind):
+    rng = np.random.default_rng(3)
+    ids = np.arange(200, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    idx = _make(kind)
+    idx.add(ids, vecs)
+    q = vecs[17]
+    assert idx.search(q, 1)[0][0] == 17
+    assert idx.remove(np.array([17])) == 1
+    assert 17 not in idx.search(q, 5)[0].tolist()
+    assert 17 not in idx.search(q, 5, candidates=np.array([17, 18]))[0].tolist()
+    idx.add(np.array([17]), vecs[17:18])
+    assert idx.search(q, 1)[0][0] == 17
+    assert len(idx) == 200
+
+
+@pytest.mark.parametrize("kind", INDEX_KINDS)
+def test_edge_cases(kind):
+    idx = _make(kind)
+    q = np.ones(DIM, np.float32) / 4
+    ids, scores = idx.search(q, 5)
+    assert len(ids) == 0 and len(scores) == 0
+    idx.add(np.array([1, 2]), np.stack([q, -q]))
+    assert idx.search(q, 5, candidates=np.array([], np.int64))[0].tolist() == []
+    assert idx.search(q, 5, candidates=np.array([999]))[0].tolist() == []
+    assert idx.search(q, 10)[0].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="dimension"):
+        idx.add(np.array([3]), np.ones((1, DIM + 1), np.float32))
+
+
+def test_ties_break_by_newest_id():
+    ids = np.array([5, 9, 7, 1], np.int64)
+    scores = np.array([0.5, 0.5, 0.9, 0.5], np.float32)
+    got, _ = top_k(ids, scores, 3)
+    assert got.tolist() == [7, 9, 5]
+
+
+def test_unknown_kind():
+    with pytest.raises(ValueError, match="unknown index kind"):
+        make_index("annoy", 4)
