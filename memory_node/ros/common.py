@@ -1,0 +1,111 @@
+"""Pieces both nodes share: engine parameters, the TF/odometry pose tracker, QoS, time."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from memory_node.core.config import MemoryConfig
+from memory_node.core.types import Pose
+from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
+from memory_node.ros.tf_buffer import TransformError, make_tf_buffer
+
+# Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
+_UNSET = {"memory_dir": "", "onnx_threads": 0}
+
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                    durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
+TF_STATIC_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                           history=HistoryPolicy.KEEP_LAST)
+
+
+def node_now(node: Node) -> float:
+    """The node clock in seconds: simulated time under use_sim_time, else wall time."""
+    return node.get_clock().now().nanoseconds * 1e-9
+
+
+def declare_engine_params(node: Node) -> None:
+    """One ROS parameter per MemoryConfig field (same names as config/memory.yaml)."""
+    for f in dataclasses.fields(MemoryConfig):
+        if node.has_parameter(f.name):
+            continue
+        default = _UNSET.get(f.name, f.default)
+        if isinstance(default, tuple):
+            default = list(default)
+        node.declare_parameter(f.name, default)
+
+
+def engine_config_from_params(node: Node) -> MemoryConfig:
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(MemoryConfig):
+        value = node.get_parameter(f.name).value
+        if f.name in _UNSET and value == _UNSET[f.name]:
+            continue
+        values[f.name] = value
+    return MemoryConfig.from_mapping(values)
+
+
+class PoseTracker:
+    """The robot's world pose from TF (world ← base), with the latest odometry as fallback.
+
+    Uses tf2_ros on a robot's own ROS install, the package's TF buffer elsewhere.
+    """
+
+    def __init__(self, node: Node, world_frame: str, base_frame: str,
+                 odom_topic: str | None, tolerance_s: float = 0.5, callback_group: Any = None):
+        from nav_msgs.msg import Odometry
+        from tf2_msgs.msg import TFMessage
+
+        self.node = node
+        self.world_frame, self.base_frame = world_frame, base_frame
+        self.tolerance_s = tolerance_s
+        self.buffer = make_tf_buffer(10.0, node=node)
+        self._odom: Pose | None = None
+        self._odom_t: float | None = None
+        self._lock = threading.Lock()
+        node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS,
+                                 callback_group=callback_group)
+        node.create_subscription(TFMessage, "/tf_static", self._on_tf_static, TF_STATIC_QOS,
+                                 callback_group=callback_group)
+        if odom_topic:
+            node.create_subscription(Odometry, odom_topic, self.on_odom, 20,
+                                     callback_group=callback_group)
+
+    def _on_tf(self, msg: Any) -> None:
+        if self.buffer.on_time(node_now(self.node)):
+            self.node.get_logger().warn("time jumped back: TF buffer cleared")
+        for ts in msg.transforms:
+            self.buffer.set_transform(ts, "tf", False)
+
+    def _on_tf_static(self, msg: Any) -> None:
+        for ts in msg.transforms:
+            self.buffer.set_transform(ts, "tf_static", True)
+
+    def on_odom(self, msg: Any) -> None:
+        p, q = msg.pose.pose.position, msg.pose.pose.orientation
+        pose = Pose(p.x, p.y, p.z, yaw_from_quaternion(q.x, q.y, q.z, q.w),
+                    msg.header.frame_id or "odom", "odom")
+        with self._lock:
+            self._odom, self._odom_t = pose, stamp_to_seconds(msg.header.stamp)
+
+    def latest_odom(self) -> Pose | None:
+        with self._lock:
+            return self._odom
+
+    def pose_at(self, stamp_s: float | None) -> Pose | None:
+        """TF at the stamp (within the tolerance) → latest odometry → None."""
+        try:
+            tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s or 0.0,
+                                    self.tolerance_s)
+            return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
+        except TransformError:
+            pass
+        return self.latest_odom()
+
+    def current_pose(self) -> Pose | None:
+        return self.pose_at(None)

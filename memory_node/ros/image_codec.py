@@ -1,0 +1,238 @@
+"""sensor_msgs Image / CompressedImage to numpy BGR and back, without cv_bridge.
+
+The recorder stores JPEG keyframes and computes image tags on BGR arrays; cv_bridge is not
+on pip, so this module reads the raw encodings a camera driver publishes (honouring row
+padding in `step` and the byte order of 16-bit data) and decodes compressed frames with
+OpenCV. Messages are duck-typed; builders import sensor_msgs only when called.
+"""
+
+from __future__ import annotations
+
+import array
+from typing import Any
+
+import cv2
+import numpy as np
+
+from memory_node.ros.geometry import seconds_to_stamp
+
+__all__ = [
+    "ENCODINGS",
+    "bgr_to_compressed_msg",
+    "bgr_to_image_msg",
+    "compressed_to_bgr",
+    "encode_jpeg",
+    "image_to_bgr",
+]
+
+# encoding -> (channels, bytes per channel); aliases resolve to these.
+ENCODINGS: dict[str, tuple[int, int]] = {
+    "bgr8": (3, 1),
+    "rgb8": (3, 1),
+    "bgra8": (4, 1),
+    "rgba8": (4, 1),
+    "mono8": (1, 1),
+    "mono16": (1, 2),
+}
+_ALIASES = {"8uc3": "bgr8", "8uc1": "mono8", "16uc1": "mono16", "8uc4": "bgra8"}
+
+
+def _canonical(encoding: str) -> str:
+    enc = str(encoding).strip()
+    lowered = enc.lower()
+    if lowered in _ALIASES:
+        return _ALIASES[lowered]
+    if lowered in ENCODINGS:
+        return lowered
+    raise ValueError(
+        f"unsupported image encoding '{enc}' (supported: {', '.join(ENCODINGS)}, "
+        f"8UC1, 8UC3, 8UC4, 16UC1)"
+    )
+
+
+def _bytes_of(data: Any) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if isinstance(data, (bytes, bytearray, memoryview, array.array)):
+        return np.frombuffer(data, dtype=np.uint8)
+    return np.asarray(data, dtype=np.uint8)
+
+
+def _mono16_to_8(values: np.ndarray) -> np.ndarray:
+    # Full 16-bit range onto 0..255 (65535 -> 255), rounded: what a viewer shows.
+    return ((values.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+
+
+def image_to_bgr(msg: Any) -> np.ndarray:
+    """(H, W, 3) uint8 BGR copy of a sensor_msgs/Image.
+
+    mono images come back as gray in all three channels, alpha is dropped, mono16 is scaled
+    from the full 16-bit range. Raises ValueError for an unsupported encoding or data that
+    does not match height, width and step."""
+    encoding = _canonical(msg.encoding)
+    channels, depth = ENCODINGS[encoding]
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    row_bytes = width * channels * depth
+    if height == 0 or width == 0:
+        return np.zeros((height, width, 3), dtype=np.uint8)
+    if step < row_bytes:
+        raise ValueError(
+            f"image '{msg.encoding}' {width}x{height}: step {step} is shorter than a row "
+            f"({width} px x {channels * depth} bytes = {row_bytes})"
+        )
+    data = _bytes_of(msg.data)
+    needed = (height - 1) * step + row_bytes
+    if data.size < needed:
+        raise ValueError(
+            f"image '{msg.encoding}' {width}x{height} (step {step}) needs {needed} bytes of "
+            f"data, got {data.size}"
+        )
+    rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes), strides=(step, 1))
+    if depth == 2:
+        order = ">" if bool(msg.is_bigendian) else "<"
+        pixels = _mono16_to_8(rows.copy().view(f"{order}u2").reshape(height, width))
+        return cv2.cvtColor(pixels, cv2.COLOR_GRAY2BGR)
+    pixels = rows.reshape(height, width, channels)
+    if encoding == "bgr8":
+        return pixels.copy()
+    if encoding == "rgb8":
+        return np.ascontiguousarray(pixels[:, :, ::-1])
+    if encoding == "bgra8":
+        return np.ascontiguousarray(pixels[:, :, :3])
+    if encoding == "rgba8":
+        return np.ascontiguousarray(pixels[:, :, 2::-1])
+    return cv2.cvtColor(np.ascontiguousarray(pixels[:, :, 0]), cv2.COLOR_GRAY2BGR)
+
+
+def compressed_to_bgr(msg: Any) -> np.ndarray:
+    """(H, W, 3) uint8 BGR of a sensor_msgs/CompressedImage in JPEG or PNG.
+
+    `format` may be a bare "jpeg"/"png" or image_transport's "rgb8; jpeg compressed bgr8";
+    when it says the compressed pixels are rgb ("... compressed rgb8"), channels are swapped
+    back. compressedDepth PNGs (a 12-byte header, then 16-bit PNG) are read as mono16.
+    Raises ValueError for another codec or bytes that do not decode."""
+    fmt = str(getattr(msg, "format", "") or "").strip()
+    lowered = fmt.lower()
+    data = _bytes_of(msg.data)
+    codec_words = ("jpeg", "jpg", "png")
+    if lowered and not any(word in lowered for word in codec_words):
+        raise ValueError(f"unsupported compressed image format '{fmt}' (JPEG and PNG only)")
+    if "compresseddepth" in lowered:
+        start = data.tobytes().find(b"\x89PNG")
+        data = data[start:] if start >= 0 else data
+    if data.size == 0:
+        raise ValueError(f"compressed image ('{fmt}') has no data")
+    decoded = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    if decoded is None or decoded.size == 0:
+        raise ValueError(f"compressed image ('{fmt}', {data.size} bytes) could not be decoded")
+    if decoded.dtype == np.uint16:
+        decoded = _mono16_to_8(decoded)
+    elif decoded.dtype != np.uint8:
+        raise ValueError(f"compressed image ('{fmt}') decoded to unsupported {decoded.dtype}")
+    if decoded.ndim == 2 or decoded.shape[2] == 1:
+        return cv2.cvtColor(decoded.reshape(decoded.shape[:2]), cv2.COLOR_GRAY2BGR)
+    bgr = np.ascontiguousarray(decoded[:, :, :3])
+    payload = lowered.split("compressed", 1)[1] if "compressed" in lowered else ""
+    if payload.strip().startswith("rgb"):
+        bgr = np.ascontiguousarray(bgr[:, :, ::-1])
+    return bgr
+
+
+def _check_bgr(bgr: np.ndarray) -> np.ndarray:
+    arr = np.asarray(bgr)
+    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"expected an (H, W, 3) uint8 BGR array, got {arr.shape} {arr.dtype}")
+    return np.ascontiguousarray(arr)
+
+
+def _stamp(stamp: Any) -> Any:
+    return stamp if hasattr(stamp, "sec") else seconds_to_stamp(float(stamp))
+
+
+def bgr_to_image_msg(
+    bgr: np.ndarray,
+    encoding: str = "rgb8",
+    frame_id: str = "",
+    stamp: Any = 0.0,
+    *,
+    row_padding: int = 0,
+    big_endian: bool = False,
+) -> Any:
+    """sensor_msgs/Image in `encoding` from a BGR array (mono encodings take its gray;
+    mono16 spreads gray over the 16-bit range, 255 -> 65535). `row_padding` bytes end each
+    row, as some drivers do. For tests and the sample bag."""
+    from sensor_msgs.msg import Image
+
+    arr = _check_bgr(bgr)
+    canonical = _canonical(encoding)
+    height, width = arr.shape[:2]
+    if canonical == "bgr8":
+        pixels = arr
+    elif canonical == "rgb8":
+        pixels = arr[:, :, ::-1]
+    elif canonical == "bgra8":
+        pixels = np.dstack([arr, np.full((height, width), 255, np.uint8)])
+    elif canonical == "rgba8":
+        pixels = np.dstack([arr[:, :, ::-1], np.full((height, width), 255, np.uint8)])
+    else:
+        gray = cv2.cvtColor(arr, cv2.COLOR_BGR2GRAY)
+        if canonical == "mono8":
+            pixels = gray
+        else:
+            order = ">" if big_endian else "<"
+            pixels = (gray.astype(np.uint16) * 257).astype(f"{order}u2")
+    row = np.ascontiguousarray(pixels).reshape(height, -1).view(np.uint8)
+    if row_padding:
+        row = np.hstack([row, np.zeros((height, int(row_padding)), np.uint8)])
+    msg = Image()
+    msg.header.frame_id = frame_id
+    msg.header.stamp = _stamp(stamp)
+    msg.height, msg.width = int(height), int(width)
+    msg.encoding = encoding
+    msg.is_bigendian = int(bool(big_endian) and canonical == "mono16")
+    msg.step = int(row.shape[1]) if height else 0
+    msg.data = array.array("B", row.tobytes())
+    return msg
+
+
+def encode_jpeg(bgr: np.ndarray, quality: int = 85) -> bytes:
+    """JPEG bytes of a BGR (or gray) uint8 image; how keyframes are stored."""
+    arr = np.asarray(bgr)
+    if arr.dtype != np.uint8 or arr.ndim not in (2, 3) or arr.size == 0:
+        raise ValueError(f"cannot JPEG-encode an array of shape {arr.shape} {arr.dtype}")
+    if not 0 <= int(quality) <= 100:
+        raise ValueError(f"JPEG quality must be 0..100, got {quality}")
+    ok, buf = cv2.imencode(".jpg", arr, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise ValueError(f"JPEG encoding failed for an array of shape {arr.shape}")
+    return buf.tobytes()
+
+
+def bgr_to_compressed_msg(
+    bgr: np.ndarray,
+    fmt: str = "jpeg",
+    frame_id: str = "",
+    stamp: Any = 0.0,
+    quality: int = 85,
+) -> Any:
+    """sensor_msgs/CompressedImage (JPEG or PNG) with image_transport's format string,
+    e.g. "bgr8; jpeg compressed bgr8". For tests and the sample bag."""
+    from sensor_msgs.msg import CompressedImage
+
+    arr = _check_bgr(bgr)
+    kind = fmt.lower()
+    if kind in ("jpeg", "jpg"):
+        payload, kind = encode_jpeg(arr, quality), "jpeg"
+    elif kind == "png":
+        ok, buf = cv2.imencode(".png", arr)
+        if not ok:
+            raise ValueError(f"PNG encoding failed for an array of shape {arr.shape}")
+        payload = buf.tobytes()
+    else:
+        raise ValueError(f"unsupported compressed format '{fmt}' (jpeg or png)")
+    msg = CompressedImage()
+    msg.header.frame_id = frame_id
+    msg.header.stamp = _stamp(stamp)
+    msg.format = f"bgr8; {kind} compressed bgr8"
+    msg.data = array.array("B", payload)
+    return msg

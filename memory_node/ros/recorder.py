@@ -1,0 +1,298 @@
+"""The recorder: camera, lidar and odometry in; keyframes with a world pose out to memory.
+
+Subscription callbacks only stamp, gate and enqueue; decoding, describing, embedding and
+writing happen on a worker thread behind a bounded queue (full → the frame is dropped and
+counted). Pose: TF world ← base at the message stamp within `tf_tolerance_s`, else the latest
+odometry pose, else none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from memory_node.core.engine import CameraFrame, MemoryEngine
+from memory_node.core.types import Pose
+from memory_node.ros.common import (
+    PoseTracker,
+    declare_engine_params,
+    engine_config_from_params,
+    node_now,
+    stamp_to_seconds,
+)
+
+STREAMS = ("camera", "lidar", "odom")
+
+
+@dataclass
+class StreamCounters:
+    received: int = 0
+    kept: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    failed: int = 0
+    stored: int = 0
+    no_pose: int = 0
+
+
+@dataclass
+class Gate:
+    """Keep a keyframe when the robot moved, turned, or enough time passed since the last."""
+
+    min_distance: float
+    min_yaw: float
+    max_interval: float
+    last_pose: Pose | None = None
+    last_t: float | None = None
+
+    def admit(self, t: float, pose: Pose | None) -> bool:
+        if self.last_t is None or t < self.last_t:  # first frame, or time jumped back
+            return self._take(t, pose)
+        if t - self.last_t >= self.max_interval:
+            return self._take(t, pose)
+        if pose is not None and self.last_pose is not None:
+            moved = math.hypot(pose.x - self.last_pose.x, pose.y - self.last_pose.y)
+            turned = abs(math.atan2(math.sin(pose.yaw - self.last_pose.yaw),
+                                    math.cos(pose.yaw - self.last_pose.yaw)))
+            if moved >= self.min_distance or turned >= self.min_yaw:
+                return self._take(t, pose)
+        elif pose is not None and self.last_pose is None:
+            return self._take(t, pose)
+        return False
+
+    def _take(self, t: float, pose: Pose | None) -> bool:
+        self.last_t, self.last_pose = t, pose
+        return True
+
+    def reset(self) -> None:
+        self.last_t, self.last_pose = None, None
+
+
+@dataclass
+class Job:
+    stream: str
+    t: float
+    pose: Pose | None
+    msg: Any
+    kind: str = ""
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class MemoryRecorder(Node):
+    def __init__(self, node_name: str = "memory_recorder", *, engine: MemoryEngine | None = None,
+                 **kwargs: Any):
+        super().__init__(node_name, **kwargs)
+        p = self.declare_parameter
+        p("camera_topic", "/camera/image_raw")
+        p("compressed_topic", "/camera/image_raw/compressed")
+        p("use_compressed", False)
+        p("lidar_topic", "/lidar/points")
+        p("odom_topic", "/odom")
+        p("world_frame", "map")
+        p("base_frame", "base_link")
+        p("tf_tolerance_s", 0.5)
+        p("min_distance", 0.5)
+        p("min_yaw", 0.5)
+        p("max_interval", 10.0)
+        p("lidar_voxel", 0.1)
+        p("queue_size", 16)
+        p("batch_size", 4)
+        p("sensor_reliability", "best_effort")
+        p("stats_period_s", 5.0)
+        declare_engine_params(self)
+        g = self.get_parameter
+        self.counters = {s: StreamCounters() for s in STREAMS}
+        self.gates = {s: Gate(g("min_distance").value, g("min_yaw").value,
+                              g("max_interval").value) for s in STREAMS}
+        self._own_engine = engine is None
+        if engine is None:
+            engine = MemoryEngine(engine_config_from_params(self),
+                                  clock=lambda: node_now(self))
+        self.engine = engine
+        self.voxel = float(g("lidar_voxel").value)
+        self.batch_size = max(1, int(g("batch_size").value))
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=int(g("queue_size").value))
+        self._lock = threading.Lock()
+        self._last_stamp: float | None = None
+        cb = MutuallyExclusiveCallbackGroup()
+        self.poses = PoseTracker(self, g("world_frame").value, g("base_frame").value, None,
+                                 g("tf_tolerance_s").value, callback_group=cb)
+        reliability = (ReliabilityPolicy.RELIABLE
+                       if g("sensor_reliability").value == "reliable"
+                       else ReliabilityPolicy.BEST_EFFORT)
+        sensor_qos = QoSProfile(depth=10, reliability=reliability)
+        from nav_msgs.msg import Odometry
+        from sensor_msgs.msg import CompressedImage, Image, PointCloud2
+
+        if g("use_compressed").value:
+            self.create_subscription(CompressedImage, g("compressed_topic").value,
+                                     lambda m: self._on_sensor("camera", m, "compressed"),
+                                     sensor_qos, callback_group=cb)
+        else:
+            self.create_subscription(Image, g("camera_topic").value,
+                                     lambda m: self._on_sensor("camera", m, "raw"),
+                                     sensor_qos, callback_group=cb)
+        self.create_subscription(PointCloud2, g("lidar_topic").value,
+                                 lambda m: self._on_sensor("lidar", m), sensor_qos,
+                                 callback_group=cb)
+        self.create_subscription(Odometry, g("odom_topic").value, self._on_odom, 50,
+                                 callback_group=cb)
+        self.stats_pub = self.create_publisher(String, "/memory/recorder_stats", 10)
+        self.create_timer(float(g("stats_period_s").value), self._publish_stats)
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._work, name="memory-recorder-worker",
+                                        daemon=True)
+        self._worker.start()
+        self.get_logger().info(
+            f"recording {g('camera_topic').value if not g('use_compressed').value else g('compressed_topic').value}, "  # noqa: E501
+            f"{g('lidar_topic').value}, {g('odom_topic').value} into {engine.config.root}")
+
+    # ---- callbacks (cheap) -------------------------------------------------------------------
+    def _check_time(self, t: float) -> None:
+        if self._last_stamp is not None and t < self._last_stamp - 1.0:
+            self.get_logger().warn(
+                f"time jumped back by {self._last_stamp - t:.1f} s: keyframe gates reset")
+            for gate in self.gates.values():
+                gate.reset()
+        self._last_stamp = t
+
+    def _on_odom(self, msg: Any) -> None:
+        self.poses.on_odom(msg)
+        self._on_sensor("odom", msg)
+
+    def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
+        c = self.counters[stream]
+        c.received += 1
+        t = stamp_to_seconds(msg.header.stamp)
+        with self._lock:
+            self._check_time(t)
+            pose = self.poses.pose_at(t)
+            if pose is None:
+                c.no_pose += 1
+            if not self.gates[stream].admit(t, pose):
+                c.skipped += 1
+                return
+        try:
+            self._queue.put_nowait(Job(stream, t, pose, msg, kind))
+            c.kept += 1
+        except queue.Full:
+            c.dropped += 1
+
+    # ---- worker -----------------------------------------------------------------------------
+    def _work(self) -> None:
+        from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
+        from memory_node.ros.pointcloud import read_xyz, voxel_downsample
+
+        while not self._stop.is_set():
+            try:
+                job = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if job is None:
+                break
+            jobs = [job]
+            if job.stream == "camera":  # batch frames already waiting: one embed call
+                while len(jobs) < self.batch_size:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._stop.set()
+                        break
+                    jobs.append(nxt)
+            frames: list[CameraFrame] = []
+            for j in jobs:
+                try:
+                    if j.stream == "camera":
+                        img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
+                               else image_to_bgr(j.msg))
+                        frames.append(CameraFrame(j.t, j.pose, img))
+                    elif j.stream == "lidar":
+                        pts = voxel_downsample(read_xyz(j.msg), self.voxel)
+                        self.engine.add_lidar_scan(j.t, j.pose, pts)
+                        self.counters["lidar"].stored += 1
+                    else:
+                        v = j.msg.twist.twist.linear
+                        speed = round(math.hypot(v.x, v.y), 3)
+                        self.engine.add_observation("odom", j.t, j.pose, {"speed": speed})
+                        self.counters["odom"].stored += 1
+                except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
+                    self.counters[j.stream].failed += 1
+                    self.get_logger().warn(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
+            if frames:
+                try:
+                    self.engine.add_camera_frames(frames)
+                    self.counters["camera"].stored += len(frames)
+                except Exception as exc:  # noqa: BLE001
+                    self.counters["camera"].failed += len(frames)
+                    self.get_logger().warn(f"{len(frames)} camera frame(s) not stored: {exc}")
+
+    def stats(self) -> dict[str, Any]:
+        return {s: c.__dict__.copy() for s, c in self.counters.items()} | {
+            "queue": self._queue.qsize()}
+
+    def _publish_stats(self) -> None:
+        self.stats_pub.publish(String(data=json.dumps(self.stats())))
+        c = self.counters
+        self.get_logger().debug(
+            "camera kept/skipped/dropped %d/%d/%d, lidar %d/%d/%d, odom %d/%d/%d" % (
+                c["camera"].kept, c["camera"].skipped, c["camera"].dropped,
+                c["lidar"].kept, c["lidar"].skipped, c["lidar"].dropped,
+                c["odom"].kept, c["odom"].skipped, c["odom"].dropped))
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every enqueued keyframe is stored (used at shutdown and by tests)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._queue.unfinished_tasks == 0 or self._queue.empty():
+                busy = sum(c.kept for c in self.counters.values()) - sum(
+                    c.stored + c.failed for c in self.counters.values())
+                if busy <= 0:
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        self.drain(10.0)
+        self._stop.set()
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        self._worker.join(timeout=5.0)
+        self.get_logger().info("recorder stopped: " + json.dumps(self.stats()))
+        if self._own_engine:
+            self.engine.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`memory-recorder`: the recorder alone, writing to `memory_dir` (the server, in another
+    process, picks its rows up through SQLite)."""
+    from memory_node.ros.server import spin_nodes
+
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    try:
+        node = MemoryRecorder()
+    except Exception as exc:  # noqa: BLE001
+        print(f"memory-recorder: could not start: {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
+    spin_nodes([node])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The query server: a lifecycle node serving /memory/search|save|compact|streams.
+
+configure builds the engine (store, embedder, index) from parameters — a failure leaves the
+node unconfigured with one log line saying why; configuring again with the same parameters
+reuses the engine, with different ones it is refused (shut the node down to switch stores).
+activate opens the services; before that they answer `not_active`. Compaction runs in its own
+callback group so it never blocks searches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import Node as LifecycleNode
+from rclpy.lifecycle import State, TransitionCallbackReturn
+
+from memory_node.core.config import ConfigError, MemoryConfig
+from memory_node.core.engine import MemoryEngine
+from memory_node.core.errors import error_response
+from memory_node.ros.common import (
+    PoseTracker,
+    declare_engine_params,
+    engine_config_from_params,
+    node_now,
+)
+from memory_node.srv import Compact, Save, Search, Streams
+
+SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
+            "streams": "/memory/streams"}
+
+
+class MemoryServer(LifecycleNode):
+    def __init__(self, node_name: str = "memory_server", *, engine_factory: Callable | None = None,
+                 **kwargs: Any):
+        super().__init__(node_name, **kwargs)
+        declare_engine_params(self)
+        self.declare_parameter("world_frame", "map")
+        self.declare_parameter("base_frame", "base_link")
+        self.declare_parameter("odom_topic", "/odom")
+        self.declare_parameter("tf_tolerance_s", 0.5)
+        self.engine: MemoryEngine | None = None
+        self._engine_identity: dict | None = None
+        self._engine_factory = engine_factory or MemoryEngine
+        self._active = False
+        self._lock = threading.Lock()
+        self._queries = ReentrantCallbackGroup()
+        self._compaction = MutuallyExclusiveCallbackGroup()
+        self._io = MutuallyExclusiveCallbackGroup()
+        self.poses = PoseTracker(
+            self, self.get_parameter("world_frame").value, self.get_parameter("base_frame").value,
+            self.get_parameter("odom_topic").value, self.get_parameter("tf_tolerance_s").value,
+            callback_group=self._io)
+        # Services exist from the start so a client gets `not_active` rather than silence.
+        self.create_service(Search, SERVICES["search"], self._on_search,
+                            callback_group=self._queries)
+        self.create_service(Save, SERVICES["save"], self._on_save, callback_group=self._queries)
+        self.create_service(Streams, SERVICES["streams"], self._on_streams,
+                            callback_group=self._queries)
+        self.create_service(Compact, SERVICES["compact"], self._on_compact,
+                            callback_group=self._compaction)
+        self._persist_timer = None
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def on_configure(self, state: State) -> TransitionCallbackReturn:
+        try:
+            config = engine_config_from_params(self)
+        except ConfigError as exc:
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        return self.configure_engine(config)
+
+    def configure_engine(self, config: MemoryConfig) -> TransitionCallbackReturn:
+        with self._lock:
+            if self.engine is not None:
+                if config.identity() == self._engine_identity:
+                    self.get_logger().info("configure: same parameters, engine kept (no-op)")
+                    return TransitionCallbackReturn.SUCCESS
+                changed = sorted(k for k, v in config.identity().items()
+                                 if self._engine_identity.get(k) != v)
+                self.get_logger().error(
+                    "configure refused: parameters differ from the running engine's "
+                    f"({', '.join(changed)}); shut the node down to switch")
+                return TransitionCallbackReturn.FAILURE
+            try:
+                self.engine = self._engine_factory(
+                    config, clock=lambda: node_now(self), pose_provider=self.poses.current_pose)
+            except Exception as exc:  # noqa: BLE001 - any failure means: not configured
+                self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
+                return TransitionCallbackReturn.FAILURE
+            self._engine_identity = config.identity()
+        self.get_logger().info(f"configured: memory at {config.root.resolve()}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: State) -> TransitionCallbackReturn:
+        self._active = True
+        if self._persist_timer is None and self.engine is not None:
+            period = max(5.0, self.engine.config.index_persist_interval_s / 4)
+            self._persist_timer = self.create_timer(period, self._maintain,
+                                                    callback_group=self._compaction)
+        self.get_logger().info("active: " + ", ".join(SERVICES.values()))
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: State) -> TransitionCallbackReturn:
+        self._active = False
+        self.get_logger().info("inactive: services answer not_active")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: State) -> TransitionCallbackReturn:
+        # The engine stays open so a later configure with the same parameters is a no-op.
+        self._active = False
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: State) -> TransitionCallbackReturn:
+        self._active = False
+        self.close_engine()
+        return TransitionCallbackReturn.SUCCESS
+
+    def close_engine(self) -> None:
+        with self._lock:
+            if self.engine is not None:
+                self.engine.close()
+                self.get_logger().info("memory closed (index persisted)")
+            self.engine = None
+
+    def _maintain(self) -> None:
+        eng = self.engine
+        if eng is None:
+            return
+        try:
+            eng.sync()  # pick up the recorder's rows even when nobody searches
+            eng.indexes.maybe_persist()
+        except Exception as exc:  # noqa: BLE001
+            self.get_logger().warn(f"index maintenance failed: {exc}")
+
+    # ---- services -----------------------------------------------------------------------
+    def _call(self, fn: Callable[[MemoryEngine], str]) -> str:
+        eng = self.engine
+        if not self._active or eng is None:
+            return json.dumps(error_response(
+                "not_active", f"memory server is not active (state: {self._state_label()})"))
+        return fn(eng)
+
+    def _state_label(self) -> str:
+        try:
+            return self._state_machine.current_state[1]
+        except Exception:  # noqa: BLE001 - only for the message
+            return "unknown"
+
+    def _on_search(self, request: Any, response: Any) -> Any:
+        response.result.data = self._call(lambda e: e.search(request.query.data))
+        return response
+
+    def _on_save(self, request: Any, response: Any) -> Any:
+        response.result.data = self._call(lambda e: e.save(request.note.data))
+        return response
+
+    def _on_compact(self, request: Any, response: Any) -> Any:
+        response.result.data = self._call(lambda e: e.compact())
+        return response
+
+    def _on_streams(self, request: Any, response: Any) -> Any:
+        response.result.data = self._call(lambda e: e.streams())
+        return response
+
+
+def spin_nodes(nodes: list, executor: MultiThreadedExecutor | None = None) -> None:
+    """Spin until SIGINT, then shut down cleanly (the index is persisted on the way out)."""
+    executor = executor or MultiThreadedExecutor(num_threads=4)
+    for n in nodes:
+        executor.add_node(n)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        for n in nodes:
+            closer = getattr(n, "close_engine", None) or getattr(n, "close", None)
+            if closer is not None:
+                try:
+                    closer()
+                except Exception as exc:  # noqa: BLE001
+                    print(f"memory_node: error while closing {n.get_name()}: {exc}",
+                          file=sys.stderr)
+            n.destroy_node()
+        executor.shutdown()
+        if rclpy.ok():
+            rclpy.try_shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`memory-server`: the query server alone; configured and activated unless
+    `--ros-args -p autostart:=false` (then drive it with lifecycle transitions)."""
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = MemoryServer()
+    node.declare_parameter("autostart", True)
+    if node.get_parameter("autostart").value:
+        node.trigger_configure()
+        if node._state_machine.current_state[1] == "inactive":
+            node.trigger_activate()
+    spin_nodes([node])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
