@@ -20,11 +20,13 @@ class ServiceCaller:
 
     def __init__(self, node_name: str = "memory_cli", context: Any = None):
         import rclpy
+        from rclpy.executors import SingleThreadedExecutor
 
         from memory_node.srv import Compact, Save, Search, Streams
 
         self.rclpy = rclpy
         self.node = rclpy.create_node(node_name, context=context)
+        self.executor = SingleThreadedExecutor(context=self.node.context)
         self.types = {"search": Search, "save": Save, "compact": Compact, "streams": Streams}
         self.clients = {k: self.node.create_client(t, SERVICES[k]) for k, t in self.types.items()}
 
@@ -44,7 +46,8 @@ class ServiceCaller:
             req.note.data = payload or ""
         future = client.call_async(req)
         left = max(0.1, deadline - time.monotonic())
-        self.rclpy.spin_until_future_complete(self.node, future, timeout_sec=left)
+        self.rclpy.spin_until_future_complete(self.node, future, executor=self.executor,
+                                             timeout_sec=left)
         if not future.done():
             client.remove_pending_request(future)
             return json.dumps({"ok": False, "error": {
@@ -53,6 +56,7 @@ class ServiceCaller:
         return future.result().result.data
 
     def close(self) -> None:
+        self.executor.shutdown()
         self.node.destroy_node()
 
 
