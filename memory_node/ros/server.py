@@ -66,6 +66,9 @@ class MemoryServer(LifecycleNode):
         self.create_service(Compact, SERVICES["compact"], self._on_compact,
                             callback_group=self._compaction)
         self._persist_timer = None
+        from visualization_msgs.msg import MarkerArray
+
+        self.markers = self.create_publisher(MarkerArray, "/memory/markers", 10)
 
     # ---- lifecycle ----------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:
@@ -155,7 +158,43 @@ class MemoryServer(LifecycleNode):
 
     def _on_search(self, request: Any, response: Any) -> Any:
         response.result.data = self._call(lambda e: e.search(request.query.data))
+        if self.markers.get_subscription_count() > 0:
+            self._publish_markers(response.result.data)
         return response
+
+    def _publish_markers(self, answer: str) -> None:
+        """Each search's hits as spheres + labels on /memory/markers (RViz, Foxglove)."""
+        from visualization_msgs.msg import Marker, MarkerArray
+
+        try:
+            results = json.loads(answer).get("results") or []
+        except ValueError:
+            return
+        arr = MarkerArray()
+        clear = Marker()
+        clear.action = Marker.DELETEALL
+        arr.markers.append(clear)
+        stamp = self.get_clock().now().to_msg()
+        for i, r in enumerate(results):
+            pose = r.get("pose") or {}
+            if pose.get("x") is None:
+                continue
+            for kind in (Marker.SPHERE, Marker.TEXT_VIEW_FACING):
+                m = Marker()
+                m.header.frame_id = pose.get("frame") or "map"
+                m.header.stamp = stamp
+                m.ns = "memory_hits" if kind == Marker.SPHERE else "memory_labels"
+                m.id, m.type, m.action = i, kind, Marker.ADD
+                m.pose.position.x, m.pose.position.y = float(pose["x"]), float(pose["y"])
+                m.pose.position.z = 0.3 if kind == Marker.SPHERE else 0.8
+                m.pose.orientation.w = 1.0
+                m.scale.x = m.scale.y = m.scale.z = 0.3 if kind == Marker.SPHERE else 0.25
+                m.color.r, m.color.g, m.color.b, m.color.a = 1.0, 0.4, 0.1, 0.9
+                if kind == Marker.TEXT_VIEW_FACING:
+                    m.color.r = m.color.g = m.color.b = 1.0
+                    m.text = f"#{r.get('id')} {r.get('stream')}: {(r.get('text') or '')[:40]}"
+                arr.markers.append(m)
+        self.markers.publish(arr)
 
     def _on_save(self, request: Any, response: Any) -> Any:
         response.result.data = self._call(lambda e: e.save(request.note.data))

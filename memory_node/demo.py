@@ -1,0 +1,443 @@
+"""`memory-demo` (`make demo`): replay the sample flat into live nodes, then ask memory the
+questions an agent would, through the agent skills, and check the answers against ground truth.
+
+Steps: generate (or reuse) the seeded sample bag; start `memory-node --use-sim-time` on a fresh
+store; replay the bag with /clock; while the robot stands at the front door with a person
+there, the scripted agent calls `remember`; afterwards it asks where the brightest place is,
+whether it has been here before, who it greeted at the door, and a combined spatial + temporal
++ semantic question. It writes a top-down PNG of trajectory, keyframes, notes and hits, and the
+server publishes each search's hits on /memory/markers (visualization_msgs/MarkerArray).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALICE_NOTE = "Met Alice at the front door. She asked me to water the plants in the living room."
+
+
+@dataclass
+class Sample:
+    bag: Path
+    truth: dict[str, Any]
+
+    @property
+    def door(self) -> tuple[float, float]:
+        d = self.truth["front_door"]
+        return d["x"], d["y"]
+
+    @property
+    def window(self) -> tuple[float, float]:
+        w = self.truth["window"]
+        return w["x"], w["y"]
+
+    @property
+    def person(self) -> dict[str, float]:
+        return self.truth["person"]
+
+
+def load_sample(out_dir: Path, seed: int = 7, duration_s: float | None = None) -> Sample:
+    from memory_node.sim.generate import generate_sample
+
+    kwargs: dict[str, Any] = {"seed": seed}
+    if duration_s is not None:
+        kwargs["duration_s"] = duration_s
+    info = generate_sample(Path(out_dir), **kwargs)
+    bag = Path(info.bag_dir)
+    truth = getattr(info, "ground_truth", None)
+    if truth is None:
+        truth = json.loads((Path(out_dir) / "ground_truth.json").read_text())
+    return Sample(bag, truth)
+
+
+def isolated_env(domain: int | None = None) -> dict[str, str]:
+    """This run's ROS environment: localhost discovery, a domain of its own."""
+    env = dict(os.environ)
+    env["ROS_DOMAIN_ID"] = str(domain if domain is not None else random.randint(101, 199))
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    if env.get("ROS_DISTRO", "").lower() == "humble":
+        env["ROS_LOCALHOST_ONLY"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class NodeProcess:
+    """A node subprocess with its output collected; stopped with SIGINT, killed as fallback."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+        self.log_path = log
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with open(self.log_path, "w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                with self._cond:
+                    self.lines.append(line.rstrip())
+                    self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 90.0) -> None:
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if any(regex.search(line) for line in self.lines):
+                    return
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{pattern!r} never appeared; log {self.log_path}:\n"
+                                       + "\n".join(self.lines[-30:]))
+                self._cond.wait(0.2)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+@dataclass
+class Session:
+    """Nodes on one memory directory (one process, or recorder and server in two)."""
+
+    memory_dir: Path
+    env: dict[str, str]
+    logs: Path
+    two_process: bool = False
+    procs: list[NodeProcess] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        common = ["--ros-args", "-p", "use_sim_time:=true", "-p",
+                  f"memory_dir:={self.memory_dir}"]
+        if self.two_process:
+            rec = NodeProcess(["-m", "memory_node.ros.recorder", *common], self.env,
+                              self.logs / "recorder.log")
+            srv = NodeProcess(["-m", "memory_node.ros.server", *common], self.env,
+                              self.logs / "server.log")
+            self.procs = [rec, srv]
+            rec.wait_for("recording")
+            srv.wait_for("active:")
+        else:
+            node = NodeProcess(["-m", "memory_node.ros.main", "--memory-dir",
+                                str(self.memory_dir), "--use-sim-time"], self.env,
+                               self.logs / "memory-node.log")
+            self.procs = [node]
+            node.wait_for("recording")
+
+    def replay(self, bag: Path, rate: float, extra: list[str] | None = None,
+               on_wait: Callable[[], None] | None = None) -> str:
+        cmd = [sys.executable, "-m", "memory_node.ros.replay", str(bag), "--rate", str(rate),
+               "--wait-subscribers", "10", *(extra or [])]
+        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                if on_wait is not None:
+                    on_wait()
+                time.sleep(0.1)
+            out = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(10)
+        if proc.returncode != 0:
+            raise RuntimeError(f"replay failed ({proc.returncode}):\n{out}")
+        return out
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs = []
+
+
+def wait_until_settled(client: Any, quiet_s: float = 3.0, timeout: float = 60.0) -> int:
+    """Wait until the observation count stops growing (the recorder has drained)."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            n = sum(s["count"] for s in json.loads(client.streams()).get("streams", []))
+        except (ValueError, KeyError):
+            n = -1
+        if n != last:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return n
+        time.sleep(0.5)
+    return last
+
+
+# ---- the picture ------------------------------------------------------------------------
+def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
+             notes: list[dict]) -> Path:
+    """Top-down PNG: walls, trajectory, camera keyframes, notes and one query's hits."""
+    import cv2
+    import numpy as np
+
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+
+    truth = sample.truth
+    pts = [(p["x"], p["y"]) for p in truth.get("path", [])]
+    boxes = [r["box"] for r in truth.get("rooms", {}).values()]
+    xs = [p[0] for p in pts] + [b[0] for b in boxes] + [b[2] for b in boxes] + [sample.door[0]]
+    ys = [p[1] for p in pts] + [b[1] for b in boxes] + [b[3] for b in boxes] + [sample.door[1]]
+    x0, x1, y0, y1 = min(xs) - 1.5, max(xs) + 1.5, min(ys) - 1.5, max(ys) + 1.5
+    scale = 60.0
+    w, h = int((x1 - x0) * scale), int((y1 - y0) * scale)
+    img = np.full((h + 50, w, 3), 250, np.uint8)
+
+    def px(x: float, y: float) -> tuple[int, int]:
+        return int((x - x0) * scale), int((y1 - y) * scale)
+
+    for name, room in truth.get("rooms", {}).items():
+        x_min, y_min, x_max, y_max = room["box"]
+        cv2.rectangle(img, px(x_min, y_max), px(x_max, y_min), (180, 180, 180), 2)
+        cv2.putText(img, name.replace("_", " "), px(x_min + 0.2, y_max - 0.4),
+                    cv2.FONT_HERSHEY_SIMPLEX, 0.5, (120, 120, 120), 1)
+    for a, b in zip(pts, pts[1:]):
+        cv2.line(img, px(*a), px(*b), (200, 160, 120), 1)
+    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
+    try:
+        for obs in store.rows("stream = 'camera'"):
+            if obs.pose is not None and obs.pose.frame == "map":
+                b = float(obs.tags.get("brightness", 0.5))  # dark blue .. bright yellow
+                colour = (int(160 * (1 - b)), int(40 + 215 * b), int(40 + 215 * b))
+                cv2.circle(img, px(obs.pose.x, obs.pose.y), 4, colour, -1)
+    finally:
+        store.close()
+    for hit in hits:
+        p = hit.get("pose") or {}
+        if p.get("x") is not None:
+            cv2.circle(img, px(p["x"], p["y"]), 9, (0, 140, 255), 2)
+    for note in notes:
+        p = note.get("pose") or {}
+        if p.get("x") is not None:
+            cv2.drawMarker(img, px(p["x"], p["y"]), (30, 30, 220), cv2.MARKER_STAR, 18, 2)
+    cv2.drawMarker(img, px(*sample.door), (0, 0, 160), cv2.MARKER_SQUARE, 14, 2)
+    cv2.drawMarker(img, px(*sample.window), (0, 200, 255), cv2.MARKER_DIAMOND, 14, 2)
+    for i, legend in enumerate((
+            "line: path   dots: camera keyframes (blue = dark, yellow = bright view)",
+            "orange rings: query hits   red star: note   square: front door   diamond: window")):
+        cv2.putText(img, legend, (6, h + 20 + 18 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.42,
+                    (40, 40, 40), 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), img)
+    return path
+
+
+# ---- the scripted agent -------------------------------------------------------------------
+class Turns:
+    """Prints the conversation readably and keeps the checks' outcomes."""
+
+    def __init__(self, out: Callable[[str], None] = print):
+        self.out = out
+        self.checks: list[tuple[str, bool, str]] = []
+        self.n = 0
+
+    def user(self, text: str, pose_line: str) -> None:
+        self.n += 1
+        self.out(f"\n[turn {self.n}] user: {text}\n  {pose_line}")
+
+    def tool(self, name: str, args: dict[str, Any], answer: str) -> None:
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        self.out(f"  -> {name}({shown})")
+        for line in answer.splitlines()[:6]:
+            self.out(f"     {line}")
+
+    def agent(self, text: str) -> None:
+        self.out(f"  agent: {text}")
+
+    def check(self, what: str, ok: bool, detail: str) -> None:
+        self.checks.append((what, ok, detail))
+        self.out(f"  check: {what}: {'OK' if ok else 'FAILED'} ({detail})")
+
+
+def run_demo(out_dir: Path, *, rate: float = 2.0, seed: int = 7, two_process: bool = False,
+             duration_s: float | None = None, echo: Callable[[str], None] = print
+             ) -> dict[str, Any]:
+    """Everything `make demo` does; returns the checks and paths (the e2e tests use it)."""
+    from memory_node.agent.prompt import pose_line
+    from memory_node.agent.ros_client import RosClient
+    from memory_node.agent.skills import get_skills
+
+    out_dir = Path(out_dir)
+    echo(f"memory-demo: sample flat (seed {seed}) in {out_dir / 'sample'}")
+    sample = load_sample(out_dir / "sample", seed, duration_s)
+    memory_dir = out_dir / "memory"
+    shutil.rmtree(memory_dir, ignore_errors=True)
+    env = isolated_env()
+    for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY"):
+        if k in env:
+            os.environ[k] = env[k]
+    session = Session(memory_dir, env, out_dir / "logs", two_process)
+    echo(f"memory-demo: starting {'recorder + server' if two_process else 'memory-node'} "
+         f"(sim time, ROS_DOMAIN_ID={env['ROS_DOMAIN_ID']}) on a fresh store {memory_dir}")
+    session.start()
+    client = RosClient(use_sim_time=True, timeout_s=20.0)
+    turns = Turns(echo)
+    result: dict[str, Any] = {"memory_dir": memory_dir, "sample": sample, "turns": turns}
+    try:
+        skills = {s.name: s for s in get_skills(client)}
+        remembered: dict[str, Any] = {}
+        person = sample.person
+
+        def at_the_door() -> None:
+            if remembered:
+                return
+            pose, now = client.current_pose(), client.now()
+            if pose is None or not person["t_start"] <= now <= person["t_end"]:
+                return
+            if math.hypot(pose.x - sample.door[0], pose.y - sample.door[1]) > 2.5:
+                return
+            turns.user("(at the front door, a person greets the robot)", pose_line(pose))
+            answer = skills["remember"].call(note=ALICE_NOTE)
+            turns.tool("remember", {"note": ALICE_NOTE}, answer)
+            remembered.update(answer=answer, pose=pose, t=now)
+
+        echo(f"memory-demo: replaying {sample.bag} at {rate:g}x "
+             f"({sample.truth.get('duration', '?')} s of recording)")
+        t0 = time.monotonic()
+        session.replay(sample.bag, rate, on_wait=at_the_door)
+        settled = wait_until_settled(client)
+        echo(f"memory-demo: replay done in {time.monotonic() - t0:.0f} s; {settled} "
+             "observations stored")
+        result["remembered"] = remembered
+        ask(skills, client, sample, turns, result)
+        result["png"] = draw_map(out_dir / "memory_map.png", sample, memory_dir,
+                                 result.get("hits", []), result.get("notes", []))
+        echo(f"\nmemory-demo: top-down picture: {result['png']}")
+    finally:
+        client.close()
+        session.stop()
+    ok = all(c[1] for c in turns.checks)
+    echo(f"\nmemory-demo: {sum(c[1] for c in turns.checks)} of {len(turns.checks)} checks "
+         f"against ground truth passed")
+    result["ok"] = ok
+    return result
+
+
+def _results(client: Any, query: dict[str, Any]) -> list[dict]:
+    return json.loads(client.search(json.dumps(query))).get("results", [])
+
+
+def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -> None:
+    from memory_node.agent.prompt import pose_line
+
+    def call(name: str, **kwargs: Any) -> str:
+        answer = skills[name].call(**kwargs)
+        turns.tool(name, kwargs, answer)
+        return answer
+
+    pose = client.current_pose()
+    now = client.now()
+    started = float(sample.truth.get("epoch", now - 600))
+    # 1. brightest place
+    turns.user("Walk towards the brightest part of the flat. Where is it?", pose_line(pose))
+    call("query_memory", stream="camera", semantic_query="a very bright scene, white light",
+         k=3)
+    [top] = _results(client, {"stream": "camera", "order_by": "-brightness", "k": 1}) or [{}]
+    tp = top.get("pose") or {}
+    if tp.get("x") is not None:
+        d = math.hypot(tp["x"] - sample.window[0], tp["y"] - sample.window[1])
+        turns.agent(f"The brightest view (brightness {top['tags'].get('brightness')}) was seen "
+                    f"from x={tp['x']:.2f}, y={tp['y']:.2f}; I would walk there.")
+        turns.check("brightest place is by the window", d <= 3.0,
+                    f"{d:.2f} m from the window at x={sample.window[0]:.2f}, "
+                    f"y={sample.window[1]:.2f}; tolerance 3.0 m")
+    else:
+        turns.check("brightest place is by the window", False, "no camera keyframes")
+    result["brightest"] = top
+
+    # 2. been here before?
+    turns.user("Have you been here before?", pose_line(pose))
+    call("where_am_i")
+    earlier = []
+    if pose is not None:
+        earlier = _results(client, {"stream": "odom", "near_x": pose.x, "near_y": pose.y,
+                                    "radius": 1.0, "before_seconds_ago": 60, "k": 3})
+    turns.agent(("Yes: I was within 1 m of here " + ", ".join(
+        f"{now - r['t']:.0f} s ago" for r in earlier) + ".") if earlier else "No.")
+    turns.check("been here before (revisited place)", bool(earlier),
+                f"{len(earlier)} earlier odometry keyframes within 1 m")
+    nv = (sample.truth.get("never_visited") or [{}])[0]
+    if "x" in nv:
+        never = _results(client, {"stream": "odom", "near_x": nv["x"], "near_y": nv["y"],
+                                  "radius": 1.0})
+        turns.check("never been at an unvisited point", not never,
+                    f"x={nv['x']:.2f}, y={nv['y']:.2f}: {len(never)} keyframes within 1 m")
+    result["been_here"] = earlier
+
+    # 3. who did I greet at the door?
+    turns.user("Who did you greet at the door earlier?", pose_line(pose))
+    call("query_agent_memory", semantic_query="who did I greet at the door")
+    notes = _results(client, {"stream": "events", "semantic_query": "who did I greet at the door",
+                              "k": 1})
+    result["notes"] = notes
+    if notes:
+        turns.agent(f"\"{notes[0]['text']}\"")
+    turns.check("the door note is recalled", bool(notes) and "Alice" in notes[0]["text"],
+                "top event: " + (notes[0]["text"][:50] if notes else "none"))
+
+    # 4. combined spatial + temporal + semantic
+    person = sample.person
+    since = now - started + 5
+    turns.user("Was anyone standing near the front door since I started?", pose_line(pose))
+    q = {"stream": "camera", "semantic_query": "one person standing", "near_x": sample.door[0],
+         "near_y": sample.door[1], "radius": 3.0, "after_seconds_ago": round(since, 1),
+         "k": 5}
+    call("query_memory", **q)
+    hits = _results(client, {**q, "tags": {"person": True}})
+    result["hits"] = hits
+    in_window = [h for h in hits if person["t_start"] - 1 <= h["t"] <= person["t_end"] + 1]
+    if hits:
+        turns.agent(f"Yes: {len(hits)} views with a person near the door, at "
+                    + ", ".join(f"{now - h['t']:.0f} s ago" for h in hits[:3]) + ".")
+    turns.check("person seen near the door, in the right time window",
+                bool(hits) and len(in_window) == len(hits),
+                f"{len(in_window)} of {len(hits)} person frames within "
+                f"[{person['t_start'] - started:.0f} s, {person['t_end'] - started:.0f} s]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memory-demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("demo_out"))
+    parser.add_argument("--rate", type=float, default=2.0, help="replay speed (default 2x)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--two-process", action="store_true",
+                        help="recorder and server in separate processes")
+    args = parser.parse_args(argv)
+    result = run_demo(args.out, rate=args.rate, seed=args.seed, two_process=args.two_process)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
