@@ -78,7 +78,7 @@ class PoseTracker:
 
     def _on_tf(self, msg: Any) -> None:
         if self.buffer.on_time(node_now(self.node)):
-            self.node.get_logger().warn("time jumped back: TF buffer cleared")
+            self.node.get_logger().warning("time jumped back: TF buffer cleared")
         for ts in msg.transforms:
             self.buffer.set_transform(ts, "tf", False)
 
@@ -97,15 +97,22 @@ class PoseTracker:
         with self._lock:
             return self._odom
 
-    def pose_at(self, stamp_s: float | None) -> Pose | None:
-        """TF at the stamp (within the tolerance) → latest odometry → None."""
+    def tf_pose_at(self, stamp_s: float | None, exact: bool = False) -> Pose | None:
+        """TF world ← base at the stamp (within the tolerance unless `exact`), or None."""
         try:
             tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s or 0.0,
-                                    self.tolerance_s)
-            return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
+                                    0.0 if exact else self.tolerance_s)
         except TransformError:
-            pass
-        return self.latest_odom()
+            return None
+        return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
+
+    def tf_flowing(self) -> bool:
+        """Whether world ← base has been seen at all (so a late transform may still come)."""
+        return self.buffer.can_transform(self.world_frame, self.base_frame, 0.0)
+
+    def pose_at(self, stamp_s: float | None) -> Pose | None:
+        """TF at the stamp (within the tolerance) → latest odometry → None."""
+        return self.tf_pose_at(stamp_s) or self.latest_odom()
 
     def current_pose(self) -> Pose | None:
         return self.pose_at(None)

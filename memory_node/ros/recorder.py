@@ -111,6 +111,9 @@ class MemoryRecorder(Node):
         p("batch_size", 4)
         p("sensor_reliability", "best_effort")
         p("stats_period_s", 5.0)
+        # A frame's TF may arrive after the frame itself (another topic, a busy CPU): the
+        # worker waits up to this long (wall time) for it before falling back to odometry.
+        p("tf_wait_s", 1.0)
         declare_engine_params(self)
         g = self.get_parameter
         self.counters = {s: StreamCounters() for s in STREAMS}
@@ -123,6 +126,7 @@ class MemoryRecorder(Node):
         self.engine = engine
         self.voxel = float(g("lidar_voxel").value)
         self.batch_size = max(1, int(g("batch_size").value))
+        self.tf_wait_s = float(g("tf_wait_s").value)
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=int(g("queue_size").value))
         self._lock = threading.Lock()
         self._last_stamp: float | None = None
@@ -162,7 +166,7 @@ class MemoryRecorder(Node):
     # ---- callbacks (cheap) -------------------------------------------------------------------
     def _check_time(self, t: float) -> None:
         if self._last_stamp is not None and t < self._last_stamp - 1.0:
-            self.get_logger().warn(
+            self.get_logger().warning(
                 f"time jumped back by {self._last_stamp - t:.1f} s: keyframe gates reset")
             for gate in self.gates.values():
                 gate.reset()
@@ -215,6 +219,7 @@ class MemoryRecorder(Node):
                     jobs.append(nxt)
             frames: list[CameraFrame] = []
             for j in jobs:
+                j.pose = self._resolve_pose(j)
                 try:
                     if j.stream == "camera":
                         img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
@@ -231,14 +236,27 @@ class MemoryRecorder(Node):
                         self.counters["odom"].stored += 1
                 except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
                     self.counters[j.stream].failed += 1
-                    self.get_logger().warn(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
+                    self.get_logger().warning(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
             if frames:
                 try:
                     self.engine.add_camera_frames(frames)
                     self.counters["camera"].stored += len(frames)
                 except Exception as exc:  # noqa: BLE001
                     self.counters["camera"].failed += len(frames)
-                    self.get_logger().warn(f"{len(frames)} camera frame(s) not stored: {exc}")
+                    self.get_logger().warning(f"{len(frames)} camera frame(s) not stored: {exc}")
+
+    def _resolve_pose(self, job: Job) -> Pose | None:
+        """The pose to store: TF at the message stamp, waiting briefly for a late transform;
+        else what the callback had (the latest odometry, or none)."""
+        deadline = job.enqueued + self.tf_wait_s
+        while self.poses.tf_flowing():
+            pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
+            if pose is not None:
+                return pose
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        return self.poses.tf_pose_at(job.t) or job.pose
 
     def stats(self) -> dict[str, Any]:
         return {s: c.__dict__.copy() for s, c in self.counters.items()} | {

@@ -140,7 +140,7 @@ class MemoryServer(LifecycleNode):
             eng.sync()  # pick up the recorder's rows even when nobody searches
             eng.indexes.maybe_persist()
         except Exception as exc:  # noqa: BLE001
-            self.get_logger().warn(f"index maintenance failed: {exc}")
+            self.get_logger().warning(f"index maintenance failed: {exc}")
 
     # ---- services -----------------------------------------------------------------------
     def _call(self, fn: Callable[[MemoryEngine], str]) -> str:
