@@ -19,7 +19,9 @@ _UNSET = {"memory_dir": "", "onnx_threads": 0}
 
 TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                     durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
-TF_STATIC_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+# Transient local like every /tf_static publisher; depth 100 as tf2's static listener, so
+# several latched broadcasters arriving at once are all kept (a depth-1 reader can drop some).
+TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL,
                            history=HistoryPolicy.KEEP_LAST)
 

@@ -1,0 +1,229 @@
+"""`memory-mcp`: the memory skills as an MCP server (official SDK, `MCPServer`).
+
+    memory-mcp [--memory-dir D | --ros] [--http [--host H] [--port P] [--token T]]
+
+Backends: an in-process engine on D (default; `AGENT_MEMORY_DIR`, then ./agent_memory), or the
+query server's ROS services with `--ros` (ROS arguments go after `--ros-args`). Transports:
+stdio (default; stdout is the protocol, so every log line goes to stderr), or streamable HTTP
+at http://H:P/mcp with `--http`, bound to 127.0.0.1 unless told otherwise. With a token
+(`--token` or `MEMORY_MCP_TOKEN`) every HTTP request needs `Authorization: Bearer T`;
+others get 401.
+
+The tools are exactly `skills.get_skills()`: same names, descriptions and JSON schemas as the
+OpenAI-style specs. `MemoryMCPServer` overrides `MCPServer.list_tools` to build the list at
+each `tools/list` (so `query_memory`'s description carries the live stream names and counts;
+the result is marked immediately stale with a zero cache TTL) and `MCPServer.call_tool` to
+run the skill, whose argument checks and readable errors are shared with every framework; a
+failed skill raises `ToolError`, which the client sees as an `is_error` result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hmac
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from mcp.server.caching import CacheHint
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import Tool as MCPTool
+
+from memory_node import __version__
+from memory_node.agent.client import EngineClient, MemoryClient
+from memory_node.agent.prompt import MEMORY_PROMPT_SECTION
+from memory_node.agent.skills import Clock, Skill, get_skills
+
+__all__ = ["BearerTokenMiddleware", "MemoryMCPServer", "main"]
+
+log = logging.getLogger("memory_node.agent.mcp")
+
+SERVER_NAME = "memory_node"
+TOKEN_ENV = "MEMORY_MCP_TOKEN"
+
+
+class MemoryMCPServer(MCPServer):
+    """An MCPServer whose tools are the memory skills of one client, listed live."""
+
+    def __init__(self, client: MemoryClient, *, clock: Clock | None = None,
+                 name: str = SERVER_NAME) -> None:
+        super().__init__(
+            name,
+            version=__version__,
+            instructions=MEMORY_PROMPT_SECTION,
+            # The tool list changes with the memory: tell clients not to reuse a cached one.
+            cache_hints={"tools/list": CacheHint(ttl_ms=0)},
+        )
+        self.client = client
+        self.clock = clock
+        # For dispatch only: the description is irrelevant there, so no streams() call.
+        self._skills: dict[str, Skill] = {
+            s.name: s for s in get_skills(client, clock=clock, live_descriptions=False)}
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The skills as MCP tools, descriptions computed now (a blocking client call, so on
+        a worker thread)."""
+        skills = await anyio.to_thread.run_sync(
+            functools.partial(get_skills, self.client, clock=self.clock))
+        return [
+            MCPTool(
+                name=s.name,
+                description=s.description,
+                input_schema=s.parameters,
+                annotations=ToolAnnotations(read_only_hint=s.read_only, destructive_hint=False,
+                                            idempotent_hint=s.read_only,
+                                            open_world_hint=False),
+            )
+            for s in skills
+        ]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> CallToolResult:
+        skill = self._skills.get(name)
+        if skill is None:
+            raise ToolError(f"Unknown tool: {name}")
+        result = await anyio.to_thread.run_sync(functools.partial(skill.run, **arguments))
+        if result.is_error:
+            raise ToolError(f"Error executing tool {name}: {result.message}")
+        return CallToolResult(content=[TextContent(type="text", text=result.text)])
+
+
+class BearerTokenMiddleware:
+    """ASGI middleware: HTTP requests without `Authorization: Bearer <token>` get 401.
+
+    A shared secret for one agent host on a trusted network; use TLS in front of it (a
+    reverse proxy) whenever the port is reachable from elsewhere.
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        if not token:
+            raise ValueError("the bearer token must not be empty")
+        self.app = app
+        self._expected = token.encode()
+
+    def _authorised(self, scope: dict[str, Any]) -> bool:
+        for key, value in scope.get("headers") or ():
+            if key.lower() == b"authorization":
+                scheme, _, credential = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    credential.strip(), self._expected)
+        return False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self._authorised(scope):
+            from starlette.responses import JSONResponse
+
+            response = JSONResponse(
+                {"error": "unauthorized",
+                 "message": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                status_code=401, headers={"WWW-Authenticate": 'Bearer realm="memory-mcp"'})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+# ---- command line -------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memory-mcp",
+        description="Serve the robot memory's skills over MCP (stdio by default).",
+        epilog="ROS arguments for --ros go after --ros-args (e.g. -p use_sim_time:=true "
+               "-p world_frame:=map).")
+    backend = p.add_mutually_exclusive_group()
+    backend.add_argument("--memory-dir", metavar="D",
+                         help="in-process engine on this memory directory (default: "
+                              "$AGENT_MEMORY_DIR, else ./agent_memory)")
+    backend.add_argument("--ros", action="store_true",
+                         help="use the query server's ROS services (/memory/*)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="with --ros: seconds to wait for a service answer (default 5)")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
+    p.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="HTTP port (default 8000)")
+    p.add_argument("--token", default=None,
+                   help=f"HTTP bearer token (default ${TOKEN_ENV}; none: no auth)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    return p
+
+
+def _make_client(args: argparse.Namespace, ros_args: list[str]) -> MemoryClient:
+    if args.ros:
+        from memory_node.agent.ros_client import RosClient
+
+        return RosClient(timeout_s=args.timeout, args=["memory-mcp", *ros_args])
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.engine import MemoryEngine
+
+    values = {"memory_dir": args.memory_dir} if args.memory_dir else {}
+    engine = MemoryEngine(MemoryConfig.from_mapping(values))
+    return EngineClient(engine, close_engine=True)
+
+
+async def _serve_http(server: MemoryMCPServer, host: str, port: int, token: str | None,
+                      log_level: str) -> None:
+    import uvicorn
+
+    app: Any = server.streamable_http_app(host=host)
+    if token:
+        app = BearerTokenMiddleware(app, token)
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without a token: anyone who reaches the port can read and "
+                    "write the robot's memory", host)
+    # log_config=None: uvicorn's loggers go through the root logger, to stderr.
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(),
+                            log_config=None)
+    log.info("memory-mcp: streamable HTTP on http://%s:%d/mcp%s", host, port,
+             " (bearer token required)" if token else "")
+    await uvicorn.Server(config).serve()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ros_args: list[str] = []
+    if "--ros-args" in argv:
+        i = argv.index("--ros-args")
+        argv, ros_args = argv[:i], argv[i:]
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.http and (args.host or args.port is not None or args.token):
+        parser.error("--host, --port and --token go with --http")
+    if ros_args and not args.ros:
+        parser.error("--ros-args goes with --ros")
+    if args.timeout is not None and not args.ros:
+        parser.error("--timeout goes with --ros")
+    # stdout is the protocol on stdio: every log line goes to stderr.
+    logging.basicConfig(stream=sys.stderr, level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        client = _make_client(args, ros_args)
+    except Exception as exc:  # noqa: BLE001 - one clear line, not a trace, for a bad setup
+        log.error("memory-mcp: cannot open memory: %s", exc)
+        return 1
+    try:
+        server = MemoryMCPServer(client)
+        if args.http:
+            token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+            port = 8000 if args.port is None else args.port
+            anyio.run(_serve_http, server, args.host or "127.0.0.1", port, token or None,
+                      args.log_level)
+        else:
+            log.info("memory-mcp: serving on stdio")
+            server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""`RosClient` against the real query server (`python -m memory_node.ros.server`).
+
+Answers through the ROS services are identical to in-process answers on the same memory
+directory; the pose comes from TF; a missing server is an `unavailable` answer, and
+`memory-mcp --ros` serves the same tools over MCP.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from agent_support import NO_LLM_ENV, REPO, PoseBox, make_engine, seed_dir, stdio_session, text_of
+from ros_helpers import Process, spawn, stop
+
+from memory_node.agent.client import EngineClient
+from memory_node.agent.ros_client import RosClient
+from memory_node.agent.skills import get_skills
+from memory_node.core.types import Pose
+
+T = 1796000000.0  # one fixed "now" for the ages in both answers
+ROBOT = Pose(1.2, -0.4, yaw=math.pi / 2)
+
+
+class TfPublisher:
+    """A node of its own context latching map -> base_link on /tf_static, as a robot's
+    static broadcaster would."""
+
+    def __init__(self, pose: Pose):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from tf2_msgs.msg import TFMessage
+
+        from memory_node.ros.tf_buffer import Transform, make_transform_stamped
+
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("test_tf_publisher", context=self.context)
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.pub = self.node.create_publisher(TFMessage, "/tf_static", qos)
+        ts = make_transform_stamped("map", "base_link",
+                                    Transform.from_xyz_yaw(pose.x, pose.y, pose.yaw), time.time())
+        self.pub.publish(TFMessage(transforms=[ts]))
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+class Setup:
+    def __init__(self, root: Path, ids: dict[str, int], server: Process, ros: RosClient,
+                 local: EngineClient):
+        self.root, self.ids, self.server, self.ros, self.local = root, ids, server, ros, local
+
+    def both(self, name: str, **kwargs: Any) -> tuple[str, str]:
+        ros = {s.name: s for s in get_skills(self.ros, clock=lambda: T)}[name].call(**kwargs)
+        local = {s.name: s for s in get_skills(self.local, clock=lambda: T)}[name].call(**kwargs)
+        return ros, local
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("rosmem")
+    ids = seed_dir(root)
+    tf = TfPublisher(ROBOT)
+    server = spawn([sys.executable, "-m", "memory_node.ros.server", "--ros-args",
+                    "-p", f"memory_dir:={root}"], env=NO_LLM_ENV, cwd=REPO)
+    ros = local_engine = None
+    try:
+        server.wait_for_line(r"active: ", timeout=60)
+        ros = RosClient(timeout_s=15.0)
+        wait_until(ros.current_pose, "the pose from /tf_static")
+        wait_until(lambda: json.loads(ros.search('{"near_here": true}'))["ok"],
+                   "the server's pose from /tf_static")
+        local_engine = make_engine(root, pose=PoseBox(ROBOT))
+        yield Setup(root, ids, server, ros, EngineClient(local_engine))
+    finally:
+        if ros is not None:
+            ros.close()
+        if local_engine is not None:
+            local_engine.close()
+        stop(server)
+        tf.close()
+
+
+def test_pose_comes_from_tf(setup):
+    pose = setup.ros.current_pose()
+    assert (pose.x, pose.y, pose.frame, pose.source) == (1.2, -0.4, "map", "tf")
+    assert math.isclose(pose.yaw, math.pi / 2, abs_tol=1e-9)
+
+
+def test_raw_answers_equal_in_process_answers(setup):
+    def strip(answer: str) -> dict:
+        out = json.loads(answer)
+        out.pop("took_ms", None)
+        return out
+
+    for q in ('{"stream": "camera", "semantic_query": "a person", "k": 2}',
+              '{"stream": "camera", "near_x": 6.0, "near_y": 4.0, "radius": 1.0}',
+              "the kitchen", '{"stream": "nowhere"}', '{"radius": -1}'):
+        assert strip(setup.ros.search(q)) == strip(setup.local.search(q)), q
+    assert strip(setup.ros.streams()) == strip(setup.local.streams())
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("list_memory_streams", {}),
+    ("query_memory", {"stream": "camera", "semantic_query": "a person"}),
+    ("query_memory", {"stream": "camera", "after_seconds_ago": 3600}),
+    ("query_memory", {"stream": "lidar", "near_x": 1.0, "near_y": -0.5, "radius": 0.5}),
+    ("query_agent_memory", {"semantic_query": "who asked for water", "k": 1}),
+    ("query_memory", {"stream": "kitchen"}),
+    ("query_memory", {"stream": "camera", "radius": -1.0}),
+    ("query_memory", {"stream": "camera", "k": "five"}),
+    ("where_am_i", {}),
+])
+def test_skill_answers_are_identical_over_ros(setup, name, kwargs):
+    ros, local = setup.both(name, **kwargs)
+    assert ros == local
+    assert ros  # and not empty
+
+
+def test_remember_over_ros_is_seen_in_process_with_the_tf_pose(setup):
+    skills = {s.name: s for s in get_skills(setup.ros)}
+    answer = skills["remember"].call(note="Gina parked the cart by the lift.")
+    m = re.fullmatch(r"Remembered as #(\d+) at .*, at x=1\.20 y=-0\.40\.", answer)
+    assert m, answer
+    ros, local = setup.both("query_agent_memory", semantic_query="cart by the lift", k=1)
+    assert ros == local and ros.startswith(f"#{m[1]} events ")
+
+
+def test_mcp_server_over_ros(setup):
+    async def check() -> None:
+        async with stdio_session("--ros", "--timeout", "15") as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert "- camera: 2 observations, semantic search" in \
+                tools["query_memory"].description
+            r = await s.call_tool("query_memory", {"stream": "camera",
+                                                   "semantic_query": "a person", "k": 1})
+            assert not r.is_error and text_of(r).startswith(f"#{setup.ids['door']} camera ")
+            r = await s.call_tool("query_memory", {"stream": "camera", "radius": 0})
+            assert r.is_error and "'radius' must be > 0, got 0 (bad_request)" in text_of(r)
+            # The server's own client learns the pose once /tf_static reaches it.
+            deadline = time.monotonic() + 30
+            r = await s.call_tool("where_am_i", {})
+            while text_of(r).startswith("[Current pose: unknown]") and \
+                    time.monotonic() < deadline:
+                await anyio.sleep(0.2)
+                r = await s.call_tool("where_am_i", {})
+            assert not r.is_error and text_of(r).startswith(
+                "[Current pose: x=1.20, y=-0.40, heading=90°, frame=map]\nBeen within 2 m of "
+                "here before")
+
+    anyio.run(check)
+
+
+def test_no_server_is_an_unavailable_answer_not_an_exception():
+    with RosClient(service_prefix="/nobody_serves_this", timeout_s=0.5) as client:
+        for answer in (client.search("x"), client.save("x"), client.compact(),
+                       client.streams()):
+            out = json.loads(answer)
+            assert out["ok"] is False and out["error"]["code"] == "unavailable"
+            assert "no memory server answers on /nobody_serves_this/" in out["error"]["message"]
+        result = {s.name: s for s in get_skills(client)}["query_memory"].run(stream="camera")
+        assert result.is_error and result.message.endswith("(unavailable)")
+        desc = {s.name: s for s in get_skills(client)}["query_memory"].description
+        assert "Streams (configured; the live list is unavailable now): camera" in desc
+    closed = json.loads(client.search("x"))
+    assert closed["error"] == {"code": "unavailable", "message": "the ROS client is shut down"}
