@@ -36,7 +36,7 @@ WRITER = textwrap.dedent("""
 
 
 def _spawn(root: Path) -> subprocess.Popen:
-    code = WRITER.format(test_dir=str(Path(__file__).parent), root=str(root))
+    code = WRITER.format(test_dir=str(Path(__file__).parents[1]), root=str(root))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)

@@ -385,3 +385,38 @@ def test_clip_through_registry(clip_files: dict[str, Path]) -> None:
 def test_tokenizer_fixture_is_a_tokenizers_json(clip_files: dict[str, Path]) -> None:
     data = json.loads(clip_files["tokenizer"].read_text())
     assert data["model"]["type"] == "WordLevel"
+
+
+def test_engine_with_clip_embeds_frames_and_queries_in_clip_space(
+    clip_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """image_embedder: clip — frames get CLIP image vectors, camera queries the CLIP text
+    tower, notes keep the text model; one engine answers both."""
+    import json
+
+    from engine_support import make_engine
+
+    from memory_node.core.engine import CameraFrame
+    from memory_node.core.types import Pose
+
+    eng = make_engine(tmp_path / "m", image_embedder="clip",
+                      clip_image_model=str(clip_files["image"]),
+                      clip_text_model=str(clip_files["text"]),
+                      clip_tokenizer=str(clip_files["tokenizer"]))
+    try:
+        ids = eng.add_camera_frames([CameraFrame(1.0, Pose(0, 0), _solid((0, 0, 255))),
+                                     CameraFrame(2.0, Pose(1, 0), _solid((255, 0, 0)))])
+        eng.save("a red door")
+        rows = eng.store.get(ids)
+        assert {r.model_id for r in rows.values()} == {eng._image_embedder.model_id}
+        assert eng._image_embedder.model_id.startswith("clip:")
+        cam = json.loads(eng.search('{"stream": "camera", "semantic_query": "red door"}'))
+        assert cam["count"] == 2 and all(r["score"] is not None for r in cam["results"])
+        q = eng._image_embedder.embed_texts(["red door"])[0]
+        want = sorted(ids, key=lambda i: -float(eng.indexes.vector(
+            rows[i].model_id, "camera", i) @ q))
+        assert [r["id"] for r in cam["results"]] == want
+        both = json.loads(eng.search("red door"))
+        assert {r["stream"] for r in both["results"]} == {"camera", "events"}
+    finally:
+        eng.close()

@@ -1,0 +1,87 @@
+"""The shipped YAML files and the launch file: every key is a real parameter (a typo would be
+silently ignored by ROS), the Go2 file really changes topics, and the launch file names only
+executables and files that exist. launch_ros is not installable here, so the launch file is
+checked by parsing it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import rclpy
+import yaml
+
+from memory_node.ros.recorder import MemoryRecorder
+from memory_node.ros.server import MemoryServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from engine_support import make_engine  # noqa: PLC0415 - test/core helper
+
+    eng = make_engine(tmp_path_factory.mktemp("mem"))
+    yield eng
+    eng.close()
+
+
+def _nodes(engine, args):
+    ctx = rclpy.Context()
+    rclpy.init(args=args, context=ctx)
+    server = MemoryServer(context=ctx)
+    recorder = MemoryRecorder(engine=engine, context=ctx)
+    return ctx, server, recorder
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_yaml_key_is_a_declared_parameter(path, engine):
+    ctx, server, recorder = _nodes(engine, ["--ros-args", "--params-file", str(path)])
+    try:
+        declared = {"memory_server": set(server._parameters), "memory_recorder":
+                    set(recorder._parameters)}
+        data = yaml.safe_load(path.read_text())
+        for section, body in data.items():
+            keys = set(body["ros__parameters"])
+            targets = declared.values() if section == "/**" else [declared[section]]
+            known = set().union(*targets)
+            assert keys <= known, f"{path.name} [{section}]: unknown {sorted(keys - known)}"
+    finally:
+        recorder.close()
+        recorder.destroy_node()
+        server.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_go2_file_changes_the_lidar_topic(engine):
+    ctx, server, recorder = _nodes(
+        engine, ["--ros-args", "--params-file", str(ROOT / "config" / "go2.yaml")])
+    try:
+        assert recorder.get_parameter("lidar_topic").value == "/point_cloud2"
+        assert recorder.get_parameter("camera_topic").value == "/camera/image_raw"
+        assert server.get_parameter("world_frame").value == "map"
+    finally:
+        recorder.close()
+        recorder.destroy_node()
+        server.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_launch_file_names_real_executables_and_files():
+    source = (ROOT / "launch" / "memory.launch.py").read_text()
+    tree = ast.parse(source)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    kw = {k.arg: k.value for c in calls for k in c.keywords if isinstance(k.value, ast.Constant)}
+    assert kw["package"].value == "memory_node"
+    setup_py = (ROOT / "setup.py").read_text()
+    assert f'"{kw["executable"].value} = ' in setup_py or f"{kw['executable'].value}=" in \
+        setup_py.replace(" ", "")
+    defaults = {c.args[0].value: k.value.value for c in calls
+                if getattr(c.func, "id", "") == "DeclareLaunchArgument"
+                for k in c.keywords if k.arg == "default_value"}
+    assert set(defaults) == {"config", "use_sim_time", "memory_dir"}
+    assert (ROOT / "config" / defaults["config"]).exists()
+    assert "generate_launch_description" in {f.name for f in tree.body
+                                             if isinstance(f, ast.FunctionDef)}
