@@ -1,0 +1,850 @@
+"""Write the sample recording: a rosbag2 (MCAP or sqlite3) plus its ground truth as JSON.
+
+`generate_sample` is the library entry (tests and the demo call it in-process); `main` is the
+`memory-sample-bag` command. Everything is a pure function of the seed and the duration: the
+same arguments give the same ground truth file and the same message bytes, so tests can pin
+expected answers and CI can cache the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rosbags.interfaces import (
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
+from rosbags.rosbag2 import Writer
+from rosbags.rosbag2.enums import CompressionFormat, CompressionMode, StoragePlugin
+from rosbags.typesys import Stores, get_typestore
+
+from memory_node.sim.floorplan import FaceArrays, FloorPlan, build_flat, cast_rays, pack_faces
+from memory_node.sim.lidar import Lidar, LidarModel
+from memory_node.sim.render import CameraModel, FrameInfo, Renderer
+from memory_node.sim.trajectory import (
+    NOMINAL_DURATION,
+    OdometryTrack,
+    Trajectory,
+    build_tour,
+    compose,
+    simulate_odometry,
+)
+
+GENERATOR_VERSION = 1
+EPOCH_S = 1_764_460_800  # 2025-11-30T00:00:00Z: a fixed start so stamps never depend on the clock
+EPOCH_NS = EPOCH_S * 1_000_000_000
+BAG_NAME = "flat_bag"
+GROUND_TRUTH_NAME = "ground_truth.json"
+
+CAMERA_RATE = 12.0
+LIDAR_RATE = 8.0
+ODOM_RATE = 20.0
+CAMERA_PHASE = 0.02  # s: sensors are not triggered together on a real robot
+LIDAR_PHASE = 0.035
+PATH_RATE = 2.0
+PERSON_WINDOW_NOMINAL = (40.0, 70.0)  # s of the nominal tour
+REVISIT_RADIUS = 0.5
+REVISIT_MIN_GAP_NOMINAL = 20.0  # s: closer in time is standing still, not coming back
+NEVER_VISITED_DISTANCE = 1.5
+WINDOW_VIEW_FRACTION = 0.1  # a frame "faces the window" when it fills this share of the image
+HOG_RANGE = (1.75, 3.0)  # camera-to-person distances where a 64x128 HOG window fits the person
+
+BASE_HEIGHT = 0.32  # base_link above the floor while standing
+CAMERA_XYZ = (0.30, 0.0, 0.08)  # camera_link in base_link
+LIDAR_XYZ = (0.28, 0.0, 0.14)  # lidar in base_link
+CAMERA = CameraModel(z=BASE_HEIGHT + CAMERA_XYZ[2])
+LIDAR = LidarModel(z=BASE_HEIGHT + LIDAR_XYZ[2])
+
+FRAME_MAP, FRAME_ODOM, FRAME_BASE = "map", "odom", "base_link"
+FRAME_CAMERA, FRAME_OPTICAL, FRAME_LIDAR = "camera_link", "camera_optical_frame", "lidar"
+
+TOPIC_IMAGE = "/camera/image_raw"
+TOPIC_INFO = "/camera/camera_info"
+TOPIC_LIDAR = "/lidar/points"
+TOPIC_ODOM = "/odom"
+TOPIC_TF = "/tf"
+TOPIC_TF_STATIC = "/tf_static"
+
+MSGTYPES = {
+    TOPIC_TF_STATIC: "tf2_msgs/msg/TFMessage",
+    TOPIC_TF: "tf2_msgs/msg/TFMessage",
+    TOPIC_ODOM: "nav_msgs/msg/Odometry",
+    TOPIC_LIDAR: "sensor_msgs/msg/PointCloud2",
+    TOPIC_INFO: "sensor_msgs/msg/CameraInfo",
+    TOPIC_IMAGE: "sensor_msgs/msg/Image",
+}
+TOPIC_ORDER = list(MSGTYPES)  # write order for messages sharing a stamp
+
+
+@dataclass(frozen=True)
+class SampleInfo:
+    """Where a sample lives and what it contains."""
+
+    out_dir: Path
+    bag_dir: Path
+    ground_truth_path: Path
+    ground_truth: dict[str, Any]
+    reused: bool
+    size_bytes: int
+    elapsed_s: float
+
+
+def _qos(depth: int, durability: QosDurability) -> Qos:
+    zero = QosTime(0, 0)
+    return Qos(
+        QosHistory.KEEP_LAST,
+        depth,
+        QosReliability.RELIABLE,
+        durability,
+        zero,
+        zero,
+        QosLiveliness.AUTOMATIC,
+        zero,
+        False,
+    )
+
+
+def _quat_yaw(yaw: float) -> tuple[float, float, float, float]:
+    return (0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2))
+
+
+def _ns(t_rel: float) -> int:
+    return EPOCH_NS + int(round(t_rel * 1e9))
+
+
+def _ticks(rate: float, phase: float, duration: float) -> np.ndarray:
+    n = int(math.floor((duration - phase) * rate + 1e-9)) + 1
+    return phase + np.arange(n) / rate
+
+
+class _Messages:
+    """Builds the ROS messages from the typestore's classes (no rclpy needed)."""
+
+    def __init__(self) -> None:
+        self.ts = get_typestore(Stores.ROS2_KILTED)
+        t = self.ts.types
+        self.Time = t["builtin_interfaces/msg/Time"]
+        self.Header = t["std_msgs/msg/Header"]
+        self.Vector3 = t["geometry_msgs/msg/Vector3"]
+        self.Quaternion = t["geometry_msgs/msg/Quaternion"]
+        self.Transform = t["geometry_msgs/msg/Transform"]
+        self.TransformStamped = t["geometry_msgs/msg/TransformStamped"]
+        self.TFMessage = t["tf2_msgs/msg/TFMessage"]
+        self.Point = t["geometry_msgs/msg/Point"]
+        self.Pose = t["geometry_msgs/msg/Pose"]
+        self.PoseCov = t["geometry_msgs/msg/PoseWithCovariance"]
+        self.Twist = t["geometry_msgs/msg/Twist"]
+        self.TwistCov = t["geometry_msgs/msg/TwistWithCovariance"]
+        self.Odometry = t["nav_msgs/msg/Odometry"]
+        self.Image = t["sensor_msgs/msg/Image"]
+        self.CameraInfo = t["sensor_msgs/msg/CameraInfo"]
+        self.RegionOfInterest = t["sensor_msgs/msg/RegionOfInterest"]
+        self.PointCloud2 = t["sensor_msgs/msg/PointCloud2"]
+        self.PointField = t["sensor_msgs/msg/PointField"]
+
+    def header(self, ns: int, frame: str) -> Any:
+        return self.Header(self.Time(ns // 1_000_000_000, ns % 1_000_000_000), frame)
+
+    def transform(
+        self,
+        ns: int,
+        parent: str,
+        child: str,
+        xyz: tuple[float, float, float],
+        quat: tuple[float, float, float, float],
+    ) -> Any:
+        return self.TransformStamped(
+            self.header(ns, parent),
+            child,
+            self.Transform(self.Vector3(*map(float, xyz)), self.Quaternion(*map(float, quat))),
+        )
+
+    def serialize(self, msg: Any) -> bytes:
+        return bytes(self.ts.serialize_cdr(msg, msg.__msgtype__))
+
+
+def _static_transforms(m: _Messages, ns: int) -> Any:
+    # optical frame: z forward, x right, y down (REP 103)
+    optical = (-0.5, 0.5, -0.5, 0.5)
+    return m.TFMessage(
+        [
+            m.transform(ns, FRAME_BASE, FRAME_CAMERA, CAMERA_XYZ, (0.0, 0.0, 0.0, 1.0)),
+            m.transform(ns, FRAME_CAMERA, FRAME_OPTICAL, (0.0, 0.0, 0.0), optical),
+            m.transform(ns, FRAME_BASE, FRAME_LIDAR, LIDAR_XYZ, (0.0, 0.0, 0.0, 1.0)),
+        ]
+    )
+
+
+def _odom_messages(m: _Messages, track: OdometryTrack, i: int) -> tuple[Any, Any]:
+    ns = _ns(float(track.t[i]))
+    mo = track.map_to_odom[i]
+    ob = track.odom[i]
+    tf = m.TFMessage(
+        [
+            m.transform(ns, FRAME_MAP, FRAME_ODOM, (mo[0], mo[1], 0.0), _quat_yaw(mo[2])),
+            m.transform(ns, FRAME_ODOM, FRAME_BASE, (ob[0], ob[1], BASE_HEIGHT), _quat_yaw(ob[2])),
+        ]
+    )
+    pose_cov = np.zeros(36)
+    pose_cov[[0, 7, 14, 21, 28, 35]] = [0.02, 0.02, 1e-4, 1e-4, 1e-4, 0.01]
+    twist_cov = np.zeros(36)
+    twist_cov[[0, 7, 14, 21, 28, 35]] = [0.01, 0.01, 1e-4, 1e-4, 1e-4, 0.005]
+    v = track.twist[i]
+    odom = m.Odometry(
+        m.header(ns, FRAME_ODOM),
+        FRAME_BASE,
+        m.PoseCov(
+            m.Pose(
+                m.Point(float(ob[0]), float(ob[1]), BASE_HEIGHT),
+                m.Quaternion(*_quat_yaw(float(ob[2]))),
+            ),
+            pose_cov,
+        ),
+        m.TwistCov(
+            m.Twist(m.Vector3(float(v[0]), float(v[1]), 0.0), m.Vector3(0.0, 0.0, float(v[2]))),
+            twist_cov,
+        ),
+    )
+    return tf, odom
+
+
+def _image_message(m: _Messages, ns: int, img: np.ndarray) -> Any:
+    h, w, _ = img.shape
+    return m.Image(m.header(ns, FRAME_OPTICAL), h, w, "rgb8", 0, w * 3, img.reshape(-1))
+
+
+def _camera_info(m: _Messages, ns: int, cam: CameraModel) -> Any:
+    k = np.array(cam.k_matrix())
+    p = np.array([cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
+    return m.CameraInfo(
+        m.header(ns, FRAME_OPTICAL),
+        cam.height,
+        cam.width,
+        "plumb_bob",
+        np.zeros(5),
+        k,
+        np.eye(3).reshape(-1),
+        p,
+        0,
+        0,
+        m.RegionOfInterest(0, 0, 0, 0, False),
+    )
+
+
+def _cloud_message(m: _Messages, ns: int, pts: np.ndarray) -> Any:
+    f32 = m.PointField.FLOAT32
+    fields = [m.PointField(name, 4 * i, f32, 1) for i, name in enumerate("x y z intensity".split())]
+    data = np.ascontiguousarray(pts, dtype="<f4").view(np.uint8).reshape(-1)
+    return m.PointCloud2(
+        m.header(ns, FRAME_LIDAR), 1, len(pts), fields, False, 16, 16 * len(pts), data, True
+    )
+
+
+@dataclass
+class _World:
+    """Everything the recording is made of, before any message is written."""
+
+    plan: FloorPlan
+    traj: Trajectory
+    track: OdometryTrack
+    duration: float
+    seed: int
+    person_window: tuple[float, float]  # relative seconds
+    camera_t: np.ndarray
+    lidar_t: np.ndarray
+
+    def person_at(self, t: float) -> bool:
+        return self.person_window[0] <= t < self.person_window[1]
+
+    def sensor_pose(self, t: float, xyz: tuple[float, float, float]) -> np.ndarray:
+        base = self.traj.pose(np.array([t]))
+        return compose(base, np.array([xyz[0], xyz[1], 0.0]))[0]
+
+
+def _build_world(seed: int, duration: float) -> _World:
+    plan = build_flat()
+    traj = Trajectory(build_tour(), duration)
+    track = simulate_odometry(traj, ODOM_RATE, seed)
+    scale = duration / NOMINAL_DURATION
+    window = (PERSON_WINDOW_NOMINAL[0] * scale, PERSON_WINDOW_NOMINAL[1] * scale)
+    return _World(
+        plan,
+        traj,
+        track,
+        duration,
+        seed,
+        window,
+        _ticks(CAMERA_RATE, CAMERA_PHASE, duration),
+        _ticks(LIDAR_RATE, LIDAR_PHASE, duration),
+    )
+
+
+def _events(world: _World) -> Iterator[tuple[int, str, int]]:
+    """(stamp ns, topic, index) for every message, in stamp order."""
+    items: list[tuple[int, int, str, int]] = [(EPOCH_NS, 0, TOPIC_TF_STATIC, 0)]
+    for i, t in enumerate(world.track.t):
+        items.append((_ns(float(t)), TOPIC_ORDER.index(TOPIC_TF), TOPIC_TF, i))
+        items.append((_ns(float(t)), TOPIC_ORDER.index(TOPIC_ODOM), TOPIC_ODOM, i))
+    for i, t in enumerate(world.lidar_t):
+        items.append((_ns(float(t)), TOPIC_ORDER.index(TOPIC_LIDAR), TOPIC_LIDAR, i))
+    for i, t in enumerate(world.camera_t):
+        items.append((_ns(float(t)), TOPIC_ORDER.index(TOPIC_INFO), TOPIC_INFO, i))
+        items.append((_ns(float(t)), TOPIC_ORDER.index(TOPIC_IMAGE), TOPIC_IMAGE, i))
+    items.sort()
+    for ns, _, topic, i in items:
+        yield ns, topic, i
+
+
+@dataclass
+class _FrameRecord:
+    """What the generator knows about one camera frame: when, from where, what it showed."""
+
+    t: float
+    info: FrameInfo
+    luma: float
+    camera: np.ndarray  # camera pose (x, y, yaw) in map
+    base: np.ndarray  # base_link pose (x, y, yaw) in map
+
+
+def _write_bag(world: _World, bag_dir: Path, fmt: str) -> list[_FrameRecord]:
+    """Render, scan and serialize every message into a new bag; return per-frame truth."""
+    m = _Messages()
+    renderer = Renderer(world.plan, CAMERA)
+    lidar = Lidar(world.plan, LIDAR)
+    plugin = StoragePlugin.MCAP if fmt == "mcap" else StoragePlugin.SQLITE3
+    writer = Writer(bag_dir, version=Writer.VERSION_LATEST, storage_plugin=plugin)
+    if fmt == "mcap":
+        writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)  # chunks
+    else:
+        writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    frames: list[_FrameRecord] = []
+    odom_cache: dict[int, tuple[Any, Any]] = {}
+    luma_w = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    writer.open()
+    try:
+        conns = {}
+        for topic, msgtype in MSGTYPES.items():
+            if topic == TOPIC_TF_STATIC:
+                qos = _qos(1, QosDurability.TRANSIENT_LOCAL)
+            else:
+                qos = _qos(100 if topic == TOPIC_TF else 10, QosDurability.VOLATILE)
+            conns[topic] = writer.add_connection(
+                topic, msgtype, typestore=m.ts, offered_qos_profiles=[qos]
+            )
+        for ns, topic, i in _events(world):
+            if topic == TOPIC_TF_STATIC:
+                msg = _static_transforms(m, ns)
+            elif topic in (TOPIC_TF, TOPIC_ODOM):
+                if i not in odom_cache:
+                    odom_cache.clear()
+                    odom_cache[i] = _odom_messages(m, world.track, i)
+                msg = odom_cache[i][0 if topic == TOPIC_TF else 1]
+            elif topic == TOPIC_LIDAR:
+                t = float(world.lidar_t[i])
+                x, y, yaw = world.sensor_pose(t, LIDAR_XYZ)
+                person = world.plan.person if world.person_at(t) else None
+                rng = np.random.default_rng([world.seed, 2, i])
+                msg = _cloud_message(m, ns, lidar.scan(x, y, yaw, person, rng))
+            elif topic == TOPIC_INFO:
+                msg = _camera_info(m, ns, CAMERA)
+            else:
+                t = float(world.camera_t[i])
+                pose = world.sensor_pose(t, CAMERA_XYZ)
+                person = world.plan.person if world.person_at(t) else None
+                img, info = renderer.render(pose[0], pose[1], pose[2], person)
+                luma = float((img.reshape(-1, 3).astype(np.float32) @ luma_w).mean())
+                base = world.traj.pose(np.array([t]))[0]
+                frames.append(_FrameRecord(t, info, luma, pose, base))
+                msg = _image_message(m, ns, img)
+            writer.write(conns[topic], ns, m.serialize(msg))
+    except BaseException:  # an interrupted bag is useless: leave nothing half-written
+        writer.abort()
+        shutil.rmtree(bag_dir, ignore_errors=True)
+        raise
+    writer.close()
+    return frames
+
+
+def _r(v: float, nd: int = 4) -> float:
+    return round(float(v), nd)
+
+
+def _stamp(t_rel: float) -> float:
+    return round(EPOCH_S + float(t_rel), 6)
+
+
+def _intervals(
+    frames: list[_FrameRecord], pred: Callable[[_FrameRecord], bool], gap: float
+) -> list[dict[str, Any]]:
+    """Merge the frames where `pred` holds into time intervals (absolute stamps)."""
+    out: list[dict[str, Any]] = []
+    for f in frames:
+        if not pred(f):
+            continue
+        if out and f.t - out[-1]["_last"] <= gap:
+            out[-1]["_last"] = f.t
+            out[-1]["frames"] += 1
+        else:
+            out.append({"_first": f.t, "_last": f.t, "frames": 1})
+    return [
+        {"t_start": _stamp(o["_first"]), "t_end": _stamp(o["_last"]), "frames": o["frames"]}
+        for o in out
+    ]
+
+
+def _door_visible(world: _World, faces: FaceArrays, f: _FrameRecord, max_dist: float = 4.5) -> bool:
+    """The door's centre is in the field of view, near enough, and no wall hides it."""
+    door = world.plan.feature("front_door").center
+    x, y, yaw = f.camera
+    dx, dy = door[0] - x, door[1] - y
+    depth = dx * math.cos(yaw) + dy * math.sin(yaw)
+    lateral = -dx * math.sin(yaw) + dy * math.cos(yaw)
+    if depth <= 0.2 or math.hypot(dx, dy) > max_dist:
+        return False
+    if abs(lateral / depth) > CAMERA.cx / CAMERA.fx * 0.9:
+        return False
+    # line of sight: the nearest wall along the ray must be the door's wall
+    d = np.array([[dx, dy]]) / math.hypot(dx, dy)
+    t, _ = cast_rays(np.array([x, y]), d, faces)
+    return bool(t[0] >= math.hypot(dx, dy) - 0.05)
+
+
+def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[str, Any]:
+    plan = world.plan
+    dur = world.duration
+    scale = dur / NOMINAL_DURATION
+    tp = np.arange(int(math.floor(dur * PATH_RATE + 1e-9)) + 1) / PATH_RATE
+    path = world.traj.pose(tp)
+    path_list = [
+        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])} for t, p in zip(tp, path)
+    ]
+
+    # revisits: a later path sample within REVISIT_RADIUS of a sample long enough before it
+    gap = REVISIT_MIN_GAP_NOMINAL * scale
+    dist = np.hypot(path[:, None, 0] - path[None, :, 0], path[:, None, 1] - path[None, :, 1])
+    earlier = (tp[:, None] - tp[None, :]) >= gap
+    close = np.where(earlier, dist, np.inf)
+    best_j = np.argmin(close, axis=1)
+    best_d = close[np.arange(len(tp)), best_j]
+    hits = np.flatnonzero(best_d <= REVISIT_RADIUS)
+    rooms = [plan.room_at(p[0], p[1]) for p in path]
+    breaks = [
+        k + 1
+        for k in range(len(hits) - 1)
+        if hits[k + 1] - hits[k] > 1 or rooms[hits[k + 1]] != rooms[hits[k]]
+    ]
+    episodes = np.split(hits, breaks) if len(hits) else []
+    revisits: list[dict[str, Any]] = []
+    for ep in episodes:  # one entry per return, at its closest approach
+        i = int(ep[np.argmin(best_d[ep])])
+        j = int(best_j[i])
+        revisits.append(
+            {
+                "t": _stamp(tp[i]),
+                "x": _r(path[i, 0]),
+                "y": _r(path[i, 1]),
+                "earlier_t": _stamp(tp[j]),
+                "earlier_x": _r(path[j, 0]),
+                "earlier_y": _r(path[j, 1]),
+                "distance": _r(best_d[i]),
+                "room": plan.room_at(path[i, 0], path[i, 1]),
+            }
+        )
+    k = len(tp) - 1
+    j = int(np.argmin(close[k]))
+    final = {
+        "t": _stamp(tp[k]),
+        "x": _r(path[k, 0]),
+        "y": _r(path[k, 1]),
+        "yaw": _r(path[k, 2]),
+        "room": plan.room_at(path[k, 0], path[k, 1]),
+        "earlier_t": _stamp(tp[j]) if np.isfinite(close[k, j]) else None,
+        "distance": _r(close[k, j]) if np.isfinite(close[k, j]) else None,
+        "revisit": bool(close[k, j] <= REVISIT_RADIUS),
+    }
+
+    # never visited: free points far from the whole path, spread out by farthest-point picking
+    fine = world.traj.pose(np.linspace(0.0, dur, 3001))[:, :2]
+    x0, y0, x1, y1 = plan.bounds
+    grid = [
+        (gx, gy)
+        for gx in np.arange(x0 + 0.25, x1, 0.25)
+        for gy in np.arange(y0 + 0.25, y1, 0.25)
+        if plan.is_free(gx, gy, 0.3)
+    ]
+    cand = np.array(grid)
+    dmin = np.sqrt(((cand[:, None, :] - fine[None, :, :]) ** 2).sum(-1)).min(axis=1)
+    cand, dmin = cand[dmin > NEVER_VISITED_DISTANCE], dmin[dmin > NEVER_VISITED_DISTANCE]
+    chosen: list[int] = []
+    if len(cand):
+        chosen.append(int(np.argmax(dmin)))
+        while len(chosen) < min(5, len(cand)):
+            diff = cand[:, None, :] - cand[None, chosen, :]
+            spread = np.sqrt((diff**2).sum(-1)).min(axis=1)
+            chosen.append(int(np.argmax(spread)))
+    never = [
+        {
+            "x": _r(cand[i, 0], 3),
+            "y": _r(cand[i, 1], 3),
+            "distance_to_path": _r(dmin[i], 3),
+            "room": plan.room_at(cand[i, 0], cand[i, 1]),
+        }
+        for i in chosen
+    ]
+
+    landmarks: dict[str, Any] = {}
+    for f in plan.features:
+        c = f.center
+        landmarks[f.name] = {
+            "x": _r(c[0]),
+            "y": _r(c[1]),
+            "color": f.color,
+            "kind": f.kind,
+            "room": f.room,
+        }
+    for p in plan.props:
+        c = p.center
+        landmarks[p.name] = {
+            "x": _r(c[0]),
+            "y": _r(c[1]),
+            "color": p.color,
+            "kind": p.kind,
+            "room": p.room,
+            "height": p.height,
+        }
+    win = plan.feature("window")
+    lit = next(b for b in win.bands if b.emissive)
+    door = plan.feature("front_door")
+    person = plan.person
+
+    person_frames = []
+    for f in frames:
+        v = f.info.person
+        if v is None:
+            continue
+        u0, v0, u1, v1 = v.bbox
+        px_h = CAMERA.fy * person.height / v.distance
+        margin = 0.34 * px_h  # half a HOG window's width around the person's centre
+        centre = (u0 + u1) / 2
+        detectable = (
+            v.visible_fraction >= 0.99
+            and HOG_RANGE[0] <= v.distance <= HOG_RANGE[1]
+            and margin <= centre <= CAMERA.width - margin
+        )
+        person_frames.append(
+            {
+                "t": _stamp(f.t),
+                "distance": _r(v.distance, 3),
+                "bbox": list(v.bbox),
+                "visible_fraction": _r(v.visible_fraction, 3),
+                "detectable": detectable,
+            }
+        )
+    lumas = np.array([f.luma for f in frames])
+    order = np.argsort(-lumas, kind="stable")[:10]
+    brightest = [
+        {
+            "t": _stamp(frames[i].t),
+            "mean_luma": _r(lumas[i], 2),
+            "x": _r(frames[i].base[0]),
+            "y": _r(frames[i].base[1]),
+            "yaw": _r(frames[i].base[2]),
+            "window_fraction": _r(frames[i].info.window_fraction, 3),
+        }
+        for i in order
+    ]
+    dt_cam = 1.5 / CAMERA_RATE
+    walls = pack_faces(plan.wall_faces(), [r.name for r in plan.rooms])
+    track = world.track
+    odom_in_map0 = compose(track.truth[0], track.odom)  # where odometry alone puts the robot
+    drift = np.hypot(*(odom_in_map0[:, :2] - track.truth[:, :2]).T)
+
+    counts = {
+        TOPIC_TF_STATIC: 1,
+        TOPIC_TF: len(track.t),
+        TOPIC_ODOM: len(track.t),
+        TOPIC_LIDAR: len(world.lidar_t),
+        TOPIC_INFO: len(world.camera_t),
+        TOPIC_IMAGE: len(world.camera_t),
+    }
+    rates = {
+        TOPIC_TF_STATIC: None,
+        TOPIC_TF: ODOM_RATE,
+        TOPIC_ODOM: ODOM_RATE,
+        TOPIC_LIDAR: LIDAR_RATE,
+        TOPIC_INFO: CAMERA_RATE,
+        TOPIC_IMAGE: CAMERA_RATE,
+    }
+    frame_ids = {
+        TOPIC_TF_STATIC: None,
+        TOPIC_TF: None,
+        TOPIC_ODOM: FRAME_ODOM,
+        TOPIC_LIDAR: FRAME_LIDAR,
+        TOPIC_INFO: FRAME_OPTICAL,
+        TOPIC_IMAGE: FRAME_OPTICAL,
+    }
+    return {
+        "generator_version": GENERATOR_VERSION,
+        "seed": world.seed,
+        "epoch": EPOCH_S,
+        "duration": dur,
+        "time_scale": _r(scale, 6),
+        "bag": {
+            "dir": BAG_NAME,
+            "format": fmt,
+            "compression": "zstd chunks" if fmt == "mcap" else "zstd per message",
+        },
+        "rooms": {
+            r.name: {
+                "box": list(r.box),
+                "center": [_r(c) for c in r.center],
+                "polygon": [
+                    [r.box[0], r.box[1]],
+                    [r.box[2], r.box[1]],
+                    [r.box[2], r.box[3]],
+                    [r.box[0], r.box[3]],
+                ],
+            }
+            for r in plan.rooms
+            for c in [r.center]
+        },
+        "doorways": {
+            d.name: {
+                "x": _r((d.p0[0] + d.p1[0]) / 2),
+                "y": _r((d.p0[1] + d.p1[1]) / 2),
+                "rooms": list(d.rooms),
+            }
+            for d in plan.doorways
+        },
+        "landmarks": landmarks,
+        "window": {
+            "x": _r(win.center[0]),
+            "y": _r(win.center[1]),
+            "width": _r(win.width),
+            "z_min": lit.z0,
+            "z_max": lit.z1,
+            "room": win.room,
+            "wall": "north",
+            "rgb": list(lit.rgb),
+        },
+        "front_door": {
+            "x": _r(door.center[0]),
+            "y": _r(door.center[1]),
+            "width": _r(door.width),
+            "room": door.room,
+            "color": door.color,
+        },
+        "person": {
+            "x": person.x,
+            "y": person.y,
+            "height": person.height,
+            "room": plan.room_at(person.x, person.y),
+            "t_start": _stamp(world.person_window[0]),
+            "t_end": _stamp(world.person_window[1]),
+        },
+        "marks": {k: _stamp(world.traj.at_mark(k)) for k in world.traj.tour.marks},
+        "path": path_list,
+        "revisits": revisits,
+        "final": final,
+        "never_visited": never,
+        "views": {
+            "person_frames": person_frames,
+            "front_door": _intervals(frames, lambda f: _door_visible(world, walls, f), dt_cam),
+            "window": _intervals(
+                frames, lambda f: f.info.window_fraction >= WINDOW_VIEW_FRACTION, dt_cam
+            ),
+            "brightest": brightest,
+            "median_luma": _r(float(np.median(lumas)), 2),
+        },
+        "odometry": {"final_drift_m": _r(drift[-1]), "max_drift_m": _r(drift.max())},
+        "topics": {
+            topic: {
+                "type": MSGTYPES[topic],
+                "count": counts[topic],
+                "rate_hz": rates[topic],
+                "frame_id": frame_ids[topic],
+            }
+            for topic in TOPIC_ORDER
+        },
+        "frames": {
+            FRAME_MAP: {"parent": None},
+            FRAME_ODOM: {"parent": FRAME_MAP, "topic": TOPIC_TF, "rate_hz": ODOM_RATE},
+            FRAME_BASE: {
+                "parent": FRAME_ODOM,
+                "topic": TOPIC_TF,
+                "rate_hz": ODOM_RATE,
+                "height": BASE_HEIGHT,
+            },
+            FRAME_CAMERA: {
+                "parent": FRAME_BASE,
+                "topic": TOPIC_TF_STATIC,
+                "xyz": list(CAMERA_XYZ),
+                "quat_xyzw": [0.0, 0.0, 0.0, 1.0],
+            },
+            FRAME_OPTICAL: {
+                "parent": FRAME_CAMERA,
+                "topic": TOPIC_TF_STATIC,
+                "xyz": [0.0, 0.0, 0.0],
+                "quat_xyzw": [-0.5, 0.5, -0.5, 0.5],
+            },
+            FRAME_LIDAR: {
+                "parent": FRAME_BASE,
+                "topic": TOPIC_TF_STATIC,
+                "xyz": list(LIDAR_XYZ),
+                "quat_xyzw": [0.0, 0.0, 0.0, 1.0],
+            },
+        },
+        "camera": {
+            "width": CAMERA.width,
+            "height": CAMERA.height,
+            "fx": CAMERA.fx,
+            "fy": CAMERA.fy,
+            "cx": CAMERA.cx,
+            "cy": CAMERA.cy,
+            "height_above_floor": _r(CAMERA.z),
+            "hfov_deg": _r(CAMERA.hfov_deg, 2),
+        },
+        "lidar": {
+            "beams": LIDAR.beams,
+            "elevations_deg": list(LIDAR.elevations_deg),
+            "max_range": LIDAR.max_range,
+            "height_above_floor": _r(LIDAR.z),
+            "fields": ["x", "y", "z", "intensity"],
+        },
+    }
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _existing(out_dir: Path, seed: int, duration: float, fmt: str) -> dict[str, Any] | None:
+    """The ground truth of a complete earlier output with the same arguments, else None."""
+    gt_path = out_dir / GROUND_TRUTH_NAME
+    if not gt_path.is_file() or not (out_dir / BAG_NAME / "metadata.yaml").is_file():
+        return None
+    try:
+        gt = json.loads(gt_path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = (
+        gt.get("generator_version") == GENERATOR_VERSION
+        and gt.get("seed") == seed
+        and gt.get("duration") == duration
+        and gt.get("bag", {}).get("format") == fmt
+    )
+    if not same:
+        msg = (
+            f"{out_dir} holds a sample made with other arguments (seed {gt.get('seed')}, "
+            f"duration {gt.get('duration')}, format {gt.get('bag', {}).get('format')}); "
+            "use force=True / --force to regenerate"
+        )
+        raise FileExistsError(msg)
+    return gt
+
+
+def generate_sample(
+    out_dir: Path,
+    seed: int = 7,
+    duration_s: float = NOMINAL_DURATION,
+    fmt: str = "mcap",
+    force: bool = False,
+) -> SampleInfo:
+    """Write OUT_DIR/flat_bag (rosbag2) and OUT_DIR/ground_truth.json, or reuse them.
+
+    The ground truth file is written last, so its presence marks a complete output; an
+    existing complete output made with the same arguments is reused unless `force`.
+    """
+    if fmt not in ("mcap", "sqlite3"):
+        raise ValueError(f"format must be mcap or sqlite3, not {fmt!r}")
+    if duration_s <= 0:
+        raise ValueError("duration must be positive")
+    duration = float(duration_s)
+    out_dir = Path(out_dir)
+    bag_dir = out_dir / BAG_NAME
+    gt_path = out_dir / GROUND_TRUTH_NAME
+    start = time.monotonic()
+    if not force:
+        gt = _existing(out_dir, seed, duration, fmt)
+        if gt is not None:
+            return SampleInfo(
+                out_dir, bag_dir, gt_path, gt, True, _dir_size(bag_dir), time.monotonic() - start
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gt_path.unlink(missing_ok=True)
+    if bag_dir.exists():
+        shutil.rmtree(bag_dir)
+    world = _build_world(seed, duration)
+    frames = _write_bag(world, bag_dir, fmt)
+    gt = _ground_truth(world, frames, fmt)
+    tmp = gt_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(gt, indent=1, sort_keys=True) + "\n")
+    tmp.replace(gt_path)
+    return SampleInfo(
+        out_dir, bag_dir, gt_path, gt, False, _dir_size(bag_dir), time.monotonic() - start
+    )
+
+
+def payload_digest(bag_dir: Path) -> str:
+    """SHA-256 over (topic, stamp, bytes) of every message: equal digests, equal recordings."""
+    from rosbags.rosbag2 import Reader
+
+    h = hashlib.sha256()
+    with Reader(bag_dir) as reader:
+        for conn, stamp, data in reader.messages():
+            h.update(conn.topic.encode())
+            h.update(stamp.to_bytes(8, "little"))
+            h.update(hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`memory-sample-bag OUT_DIR [--seed N] [--duration S] [--format F] [--force]`."""
+    parser = argparse.ArgumentParser(
+        prog="memory-sample-bag",
+        description="Write a deterministic sample recording of a Go2-like robot exploring a "
+        "small flat: OUT_DIR/flat_bag (rosbag2) and OUT_DIR/ground_truth.json.",
+    )
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=NOMINAL_DURATION,
+        help="seconds of recording (the same tour, time-scaled)",
+    )
+    parser.add_argument("--format", choices=("mcap", "sqlite3"), default="mcap")
+    parser.add_argument("--force", action="store_true", help="regenerate even if present")
+    args = parser.parse_args(argv)
+    try:
+        info = generate_sample(args.out_dir, args.seed, args.duration, args.format, args.force)
+    except FileExistsError as exc:
+        print(f"memory-sample-bag: {exc}", file=sys.stderr)
+        return 2
+    gt = info.ground_truth
+    verb = "reused existing" if info.reused else "generated"
+    print(f"{verb} sample in {info.out_dir} ({info.elapsed_s:.1f} s)")
+    print(f"  bag: {info.bag_dir} ({gt['bag']['format']}, {info.size_bytes / 1e6:.1f} MB)")
+    print(f"  ground truth: {info.ground_truth_path}")
+    for topic, t in gt["topics"].items():
+        print(f"  {topic}: {t['count']} x {t['type']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
