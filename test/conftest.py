@@ -1,0 +1,46 @@
+"""Test-wide setup: ROS 2 isolation for every test, in-process and in subprocesses.
+
+Runs before any test module imports rclpy, so plain `pytest` is isolated as well as `make test`:
+ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (plus ROS_LOCALHOST_ONLY=1 on Humble) and a
+ROS_DOMAIN_ID of this run (1..100, from the pid; MEMORY_NODE_TEST_DOMAIN_ID overrides).
+Subprocesses inherit os.environ, so nodes spawned by tests join the same domain.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from ros_helpers import Process, isolate_ros_environment, spawn, stop
+
+_ISOLATION = isolate_ros_environment()
+# rclpy's log files go to a folder of this run (removed at exit), not ~/.ros/log.
+if "ROS_LOG_DIR" not in os.environ:
+    os.environ["ROS_LOG_DIR"] = tempfile.mkdtemp(prefix="memory_node-test-roslog-")
+    atexit.register(shutil.rmtree, os.environ["ROS_LOG_DIR"], ignore_errors=True)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return "ros isolation: " + " ".join(f"{k}={v}" for k, v in sorted(_ISOLATION.items()))
+
+
+@pytest.fixture
+def ros_process() -> Iterator:
+    """Factory: `ros_process(args, env=..., cwd=...)` spawns a process; all are stopped after.
+
+    Stop order is SIGINT, then SIGKILL of the process group (see ros_helpers.stop).
+    """
+    started: list[Process] = []
+
+    def start(args, **kwargs) -> Process:
+        proc = spawn(args, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in reversed(started):
+        stop(proc)

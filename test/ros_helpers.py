@@ -1,0 +1,151 @@
+"""Isolation and process helpers for tests that talk ROS 2.
+
+Why: tests of one run must not see another run's nodes (or a robot on the same network), and
+no node process may outlive its test. conftest.py calls `isolate_ros_environment()` before any
+test imports rclpy, so every in-process node and every subprocess inherits the same isolated
+domain. Spawn nodes with `spawn()` (or the `ros_process` fixture) and stop them with `stop()`:
+SIGINT first (rclpy shuts down cleanly on it; SIGTERM right after a service call can leave a
+server running), then SIGKILL to the whole process group.
+
+The ROS 2 wheels' bootstrapper re-executes Python once (os.execve) to set LD_LIBRARY_PATH:
+the pid stays the same, so `proc.pid` is the Python process that receives the SIGINT.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+# Distros that only know ROS_LOCALHOST_ONLY (ROS_AUTOMATIC_DISCOVERY_RANGE came with Iron).
+_LOCALHOST_ONLY_DISTROS = {"foxy", "galactic", "humble"}
+
+
+def domain_id_for(pid: int | None = None) -> int:
+    """A ROS domain id for this test run: 1..100 from the pid (0 is everyone's default)."""
+    return 1 + (os.getpid() if pid is None else pid) % 100
+
+
+def isolate_ros_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Confine ROS 2 discovery to this machine and to a domain of this run.
+
+    MEMORY_NODE_TEST_DOMAIN_ID pins the domain (to join a run from another shell); otherwise
+    it comes from the pid. Returns the variables it set.
+    """
+    env = os.environ if environ is None else environ
+    domain = env.get("MEMORY_NODE_TEST_DOMAIN_ID") or str(domain_id_for())
+    values = {"ROS_DOMAIN_ID": domain, "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    if env.get("ROS_DISTRO", "").lower() in _LOCALHOST_ONLY_DISTROS:
+        values["ROS_LOCALHOST_ONLY"] = "1"
+    env.update(values)
+    env.pop("ROS_STATIC_PEERS", None)
+    return values
+
+
+class Process:
+    """A spawned process with its output collected by a reader thread."""
+
+    def __init__(self, popen: subprocess.Popen[str]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._lines: list[str] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            with self._cond:
+                self._lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def output(self) -> str:
+        """Everything it printed so far (stdout and stderr together)."""
+        with self._cond:
+            return "\n".join(self._lines)
+
+    def wait_for_line(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
+        """Wait until a line matches `pattern` (regex); fail with its output if it never does."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self._lines[seen:]:
+                    match = regex.search(line)
+                    if match:
+                        return match
+                seen = len(self._lines)
+                left = deadline - time.monotonic()
+                exited = self.popen.poll() is not None and not self._reader.is_alive()
+                if left <= 0 or exited:
+                    why = "exited" if exited else f"no match in {timeout:.0f} s"
+                    raise AssertionError(
+                        f"process {self.pid} {why} waiting for {pattern!r}; output:\n"
+                        + "\n".join(self._lines)
+                    )
+                self._cond.wait(min(left, 0.2))
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+
+def spawn(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Process:
+    """Start a process in its own process group, with the (isolated) environment of this run.
+
+    `args` starting with "-" or ending in ".py" run under this interpreter (sys.executable).
+    """
+    argv = list(args)
+    if argv and (argv[0].startswith("-") or argv[0].endswith(".py")):
+        argv.insert(0, sys.executable)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    popen = subprocess.Popen(
+        argv,
+        env=full_env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own group: stop() can kill children it started
+    )
+    return Process(popen)
+
+
+def stop(proc: Process, timeout: float = 10.0) -> int:
+    """SIGINT, wait up to `timeout`; then SIGKILL the process group. Returns the exit code."""
+    popen = proc.popen
+    if popen.poll() is None:
+        try:
+            os.kill(popen.pid, signal.SIGINT)
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            pass
+    if popen.poll() is None:
+        # Still running (and so not reaped): its pid is still its group's id.
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        popen.wait(5)
+    proc._reader.join(2)
+    return popen.returncode
