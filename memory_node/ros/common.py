@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any
 
 from rclpy.node import Node
@@ -12,12 +13,14 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from memory_node.core.config import MemoryConfig
 from memory_node.core.types import Pose
 from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
-from memory_node.ros.tf_buffer import TransformError, make_tf_buffer
+from memory_node.ros.tf_buffer import Transform, TransformError, make_tf_buffer
 
 # Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
 _UNSET = {"memory_dir": "", "onnx_threads": 0}
 
-TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+# Deep: when a busy process falls behind, DDS drops the oldest samples past this depth, and
+# lost /tf samples are gaps in the pose history.
+TF_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                     durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
 # Transient local like every /tf_static publisher; depth 100 as tf2's static listener, so
 # several latched broadcasters arriving at once are all kept (a depth-1 reader can drop some).
@@ -59,14 +62,18 @@ class PoseTracker:
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
-                 odom_topic: str | None, tolerance_s: float = 0.5, callback_group: Any = None):
+                 odom_topic: str | None, tolerance_s: float = 0.5, callback_group: Any = None,
+                 cache_s: float = 10.0, max_gap_s: float | None = None):
         from nav_msgs.msg import Odometry
         from tf2_msgs.msg import TFMessage
 
         self.node = node
         self.world_frame, self.base_frame = world_frame, base_frame
         self.tolerance_s = tolerance_s
-        self.buffer = make_tf_buffer(10.0, node=node)
+        self.buffer = make_tf_buffer(cache_s, node=node)
+        if max_gap_s is not None and hasattr(self.buffer, "max_gap_s"):
+            self.buffer.max_gap_s = max_gap_s
+        self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
         self._odom: Pose | None = None
         self._odom_t: float | None = None
         self._lock = threading.Lock()
@@ -79,10 +86,12 @@ class PoseTracker:
                                      callback_group=callback_group)
 
     def _on_tf(self, msg: Any) -> None:
+        self.last_tf_wall = time.monotonic()
         if self.buffer.on_time(node_now(self.node)):
             self.node.get_logger().warning("time jumped back: TF buffer cleared")
         for ts in msg.transforms:
             self.buffer.set_transform(ts, "tf", False)
+
 
     def _on_tf_static(self, msg: Any) -> None:
         for ts in msg.transforms:
@@ -96,8 +105,18 @@ class PoseTracker:
             self._odom, self._odom_t = pose, stamp_to_seconds(msg.header.stamp)
 
     def latest_odom(self) -> Pose | None:
+        """The latest odometry pose, in the world frame through the latest world ← odom
+        transform when one is known (source "odom" either way), else in its own frame."""
         with self._lock:
-            return self._odom
+            odom = self._odom
+        if odom is None:
+            return None
+        try:
+            world_odom = self.buffer.lookup(self.world_frame, odom.frame, 0.0)
+        except TransformError:
+            return odom
+        p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
+        return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
 
     def tf_pose_at(self, stamp_s: float | None, exact: bool = False) -> Pose | None:
         """TF world ← base at the stamp (within the tolerance unless `exact`), or None."""
@@ -107,10 +126,6 @@ class PoseTracker:
         except TransformError:
             return None
         return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
-
-    def tf_flowing(self) -> bool:
-        """Whether world ← base has been seen at all (so a late transform may still come)."""
-        return self.buffer.can_transform(self.world_frame, self.base_frame, 0.0)
 
     def pose_at(self, stamp_s: float | None) -> Pose | None:
         """TF at the stamp (within the tolerance) → latest odometry → None."""

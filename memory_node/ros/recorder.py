@@ -114,6 +114,12 @@ class MemoryRecorder(Node):
         # A frame's TF may arrive after the frame itself (another topic, a busy CPU): the
         # worker waits up to this long (wall time) for it before falling back to odometry.
         p("tf_wait_s", 1.0)
+        # TF history kept for the worker: it looks poses up at stamps that can lie seconds in
+        # the past when it is behind (a burst of keyframes, a busy CPU).
+        p("tf_cache_s", 60.0)
+        # TF samples further apart than this are a gap (lost messages): no pose is invented
+        # by interpolating across it.
+        p("tf_max_gap_s", 1.0)
         declare_engine_params(self)
         g = self.get_parameter
         self.counters = {s: StreamCounters() for s in STREAMS}
@@ -132,7 +138,9 @@ class MemoryRecorder(Node):
         self._last_stamp: float | None = None
         cb = MutuallyExclusiveCallbackGroup()
         self.poses = PoseTracker(self, g("world_frame").value, g("base_frame").value, None,
-                                 g("tf_tolerance_s").value, callback_group=cb)
+                                 g("tf_tolerance_s").value, callback_group=cb,
+                                 cache_s=float(g("tf_cache_s").value),
+                                 max_gap_s=float(g("tf_max_gap_s").value))
         reliability = (ReliabilityPolicy.RELIABLE
                        if g("sensor_reliability").value == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
@@ -155,6 +163,7 @@ class MemoryRecorder(Node):
                                  callback_group=cb)
         self.stats_pub = self.create_publisher(String, "/memory/recorder_stats", 10)
         self.create_timer(float(g("stats_period_s").value), self._publish_stats)
+        self._started = time.monotonic()
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="memory-recorder-worker",
                                         daemon=True)
@@ -164,13 +173,16 @@ class MemoryRecorder(Node):
             f"{g('lidar_topic').value}, {g('odom_topic').value} into {engine.config.root}")
 
     # ---- callbacks (cheap) -------------------------------------------------------------------
-    def _check_time(self, t: float) -> None:
-        if self._last_stamp is not None and t < self._last_stamp - 1.0:
+    def _check_time(self) -> None:
+        """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
+        message stamps: messages of different topics may arrive out of order."""
+        now = node_now(self)
+        if self._last_stamp is not None and now < self._last_stamp - 1.0:
             self.get_logger().warning(
-                f"time jumped back by {self._last_stamp - t:.1f} s: keyframe gates reset")
+                f"time jumped back by {self._last_stamp - now:.1f} s: keyframe gates reset")
             for gate in self.gates.values():
                 gate.reset()
-        self._last_stamp = t
+        self._last_stamp = now
 
     def _on_odom(self, msg: Any) -> None:
         self.poses.on_odom(msg)
@@ -181,7 +193,7 @@ class MemoryRecorder(Node):
         c.received += 1
         t = stamp_to_seconds(msg.header.stamp)
         with self._lock:
-            self._check_time(t)
+            self._check_time()
             pose = self.poses.pose_at(t)
             if pose is None:
                 c.no_pose += 1
@@ -249,7 +261,7 @@ class MemoryRecorder(Node):
         """The pose to store: TF at the message stamp, waiting briefly for a late transform;
         else what the callback had (the latest odometry, or none)."""
         deadline = job.enqueued + self.tf_wait_s
-        while self.poses.tf_flowing():
+        while self._tf_expected():
             pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
             if pose is not None:
                 return pose
@@ -257,6 +269,13 @@ class MemoryRecorder(Node):
                 break
             time.sleep(0.02)
         return self.poses.tf_pose_at(job.t) or job.pose
+
+    def _tf_expected(self) -> bool:
+        """Whether a transform for a recent stamp may still come: TF arrived lately, or the
+        recorder just started (the /tf subscription may match after the sensors')."""
+        now = time.monotonic()
+        last = self.poses.last_tf_wall
+        return (last is not None and now - last < 5.0) or now - self._started < 5.0
 
     def stats(self) -> dict[str, Any]:
         return {s: c.__dict__.copy() for s, c in self.counters.items()} | {

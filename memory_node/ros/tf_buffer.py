@@ -316,7 +316,8 @@ class _DynamicEdge:
     def latest(self) -> _Sample:
         return self.samples[-1]
 
-    def at(self, child: str, stamp: float | None, tolerance_s: float) -> tuple[str, Transform]:
+    def at(self, child: str, stamp: float | None, tolerance_s: float,
+           max_gap_s: float | None = None) -> tuple[str, Transform]:
         samples = self.samples
         if stamp is None:
             s = samples[-1]
@@ -343,6 +344,14 @@ class _DynamicEdge:
             s = samples[i]
             return s.parent, s.transform
         before, after = samples[i - 1], samples[i]
+        if max_gap_s is not None and after.stamp - before.stamp > max_gap_s:
+            # Samples were lost (a busy subscriber, a dropped link): interpolating across the
+            # gap would invent a pose.
+            raise ExtrapolationError(
+                f"gap in '{before.parent}' -> '{child}': no data between {before.stamp:.3f} "
+                f"and {after.stamp:.3f} (longer than {max_gap_s:.3f} s) around t={stamp:.3f}",
+                frame=child, stamp_s=stamp, by_s=after.stamp - before.stamp, direction="gap",
+            )
         if before.parent != after.parent:
             # The frame was re-parented between the samples: no meaningful blend (tf2 alike).
             return before.parent, before.transform
@@ -367,6 +376,8 @@ class TransformBuffer:
         self._parents: set[str] = set()
         self._jump = _TimeJumpWatch(jump_threshold_s)
         self.rejected = 0
+        # Refuse to interpolate between samples further apart than this (None: no limit).
+        self.max_gap_s: float | None = None
         self.last_rejection: str | None = None
 
     # -- feeding ------------------------------------------------------------------------
@@ -517,7 +528,7 @@ class TransformBuffer:
         edge = self._dynamic.get(frame)
         if edge is None:
             return None  # a root
-        return edge.at(frame, stamp, tolerance_s)
+        return edge.at(frame, stamp, tolerance_s, self.max_gap_s)
 
     def _latest_common_time(self, target: str, source: str) -> float | None:
         # Newest stamp per frame on the way up: min over dynamic edges passed so far.

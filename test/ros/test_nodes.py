@@ -126,7 +126,8 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
     assert 8 <= len(lidar) <= 10 and all(r["tags"]["points"] > 0 for r in lidar)
     assert all((tmp_path / "mem" / r["ref"]).exists() for r in lidar)
 
-    # Phase 2, TF stops: poses fall back to the latest odometry (odom frame, source odom).
+    # Phase 2, TF stops: poses fall back to the latest odometry (source odom), put into the
+    # map frame through the last known map -> odom (offset (1, 2)).
     t1 = time.time() + 5  # well past the TF tolerance
     for i in range(12):
         t = t1 + i * 0.1
@@ -138,8 +139,8 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
     late = call(caller, "search", json.dumps({"stream": "camera", "after": t1 - 0.01, "k": 50}))
     assert late["count"] >= 2
     for r in late["results"]:
-        assert r["pose"]["source"] == "odom" and r["pose"]["frame"] == "odom"
-        assert 10.0 <= r["pose"]["x"] <= 11.2 and r["pose"]["y"] == 5.0
+        assert r["pose"]["source"] == "odom" and r["pose"]["frame"] == "map"
+        assert 11.0 <= r["pose"]["x"] <= 12.2 and r["pose"]["y"] == pytest.approx(7.0)
 
     # The services keep answering per contract, bad requests included.
     streams = {s["name"]: s for s in call(caller, "streams")["streams"]}

@@ -599,3 +599,19 @@ def test_lookups_compose(
     ab, bc, ac = buf.lookup(a, b, t), buf.lookup(b, c, t), buf.lookup(a, c, t)
     assert (ab @ bc).isclose(ac, atol=1e-9, angle_atol=1e-6)
     assert buf.lookup(b, a, t).isclose(ab.inverse(), atol=1e-9, angle_atol=1e-6)
+
+
+def test_max_gap_refuses_to_interpolate_across_lost_samples() -> None:
+    """With max_gap_s set, a lookup between samples further apart than that raises instead of
+    inventing a pose; lookups next to real samples still interpolate."""
+    buf = TransformBuffer(60.0)
+    buf.max_gap_s = 1.0
+    for t in [0.0, 0.1, 0.2, 3.0, 3.1]:
+        buf.set_transform(make_transform_stamped("map", "base_link",
+                                                 Transform.from_xyz_yaw(t, 0.0, 0.0), t))
+    assert buf.lookup("map", "base_link", 0.15).x == pytest.approx(0.15)
+    assert buf.lookup("map", "base_link", 3.05).x == pytest.approx(3.05)
+    with pytest.raises(ExtrapolationError, match="gap"):
+        buf.lookup("map", "base_link", 1.5)
+    buf.max_gap_s = None
+    assert buf.lookup("map", "base_link", 1.5).x == pytest.approx(1.5)
