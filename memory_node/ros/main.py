@@ -14,15 +14,20 @@ from memory_node.ros.recorder import MemoryRecorder
 from memory_node.ros.server import MemoryServer, spin_nodes
 
 
-def default_config() -> Path | None:
-    """config/memory.yaml from the installed share directory, or from the source tree."""
-    here = Path(__file__).resolve().parents[2] / "config" / "memory.yaml"
-    candidates = [here]
+def resolve_config(name: str | Path = "memory.yaml") -> Path | None:
+    """A path as given if it exists; else a file of that name in the package's config
+    directory (installed share/memory_node/config, or the source tree's config/)."""
+    given = Path(name)
+    if given.exists():
+        return given
+    if given.parent != Path("."):
+        return None
+    candidates = [Path(__file__).resolve().parents[2] / "config" / given.name]
     try:
         from ament_index_python.packages import get_package_share_directory
 
         candidates.insert(0, Path(get_package_share_directory("memory_node")) / "config"
-                          / "memory.yaml")
+                          / given.name)
     except Exception:  # noqa: BLE001 - not installed through ament: use the source tree
         pass
     return next((p for p in candidates if p.exists()), None)
@@ -30,7 +35,8 @@ def default_config() -> Path | None:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="memory-node", description=__doc__)
-    parser.add_argument("--config", type=Path, help="parameter YAML (default: config/memory.yaml)")
+    parser.add_argument("--config", help="parameter YAML: a path, or a name in the package's "
+                        "config directory such as go2.yaml (default: memory.yaml)")
     parser.add_argument("--memory-dir", help="memory directory (overrides the YAML)")
     parser.add_argument("--use-sim-time", action="store_true",
                         help="use /clock (bag replay) for every time the nodes read")
@@ -45,9 +51,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, ros_args = parse_args(argv)
-    config = args.config or default_config()
-    if config is not None and not Path(config).exists():
-        print(f"memory-node: config file {config} does not exist", file=sys.stderr)
+    config = resolve_config(args.config or "memory.yaml")
+    if config is None and args.config:
+        print(f"memory-node: config file {args.config} does not exist (neither as a path nor "
+              "in the package's config directory)", file=sys.stderr)
         return 2
     rargs = ["memory-node", "--ros-args"]
     if config is not None:

@@ -85,3 +85,15 @@ def test_launch_file_names_real_executables_and_files():
     assert (ROOT / "config" / defaults["config"]).exists()
     assert "generate_launch_description" in {f.name for f in tree.body
                                              if isinstance(f, ast.FunctionDef)}
+
+
+def test_config_names_resolve_in_the_package_config_directory(tmp_path):
+    from memory_node.ros.main import main, resolve_config
+
+    assert resolve_config("go2.yaml") == ROOT / "config" / "go2.yaml"
+    assert resolve_config() == ROOT / "config" / "memory.yaml"
+    own = tmp_path / "robot.yaml"
+    own.write_text("/**:\n  ros__parameters: {}\n")
+    assert resolve_config(str(own)) == own
+    assert resolve_config("missing.yaml") is None
+    assert main(["--config", "missing.yaml"]) == 2  # refused before anything starts
