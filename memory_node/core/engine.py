@@ -43,6 +43,23 @@ class CameraFrame:
     tags: dict[str, Any] = field(default_factory=dict)
 
 
+class _StreamNames:
+    """The stream names a search may use; a miss refreshes the engine's cache once (another
+    process may have written a new stream), so validation stays off the database."""
+
+    def __init__(self, engine: MemoryEngine):
+        self.engine = engine
+
+    def __contains__(self, name: object) -> bool:
+        if name in self.engine.known_streams():
+            return True
+        self.engine._streams_cache = None  # noqa: SLF001
+        return name in self.engine.known_streams()
+
+    def __iter__(self):
+        return iter(self.engine.known_streams())
+
+
 def _dumps(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
 
@@ -78,6 +95,7 @@ class MemoryEngine:
         self._qcache_lock = threading.Lock()
         self._compact_lock = threading.Lock()
         self._blob_seq = 0
+        self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
         self.notes: NotesLog | None = None
@@ -203,11 +221,18 @@ class MemoryEngine:
 
     # ---- search ---------------------------------------------------------------------------
     def known_streams(self) -> set[str]:
-        return set(self.config.streams) | {s["name"] for s in self.store.stream_stats()}
+        """Configured streams and every stream with rows. Cached: a search only looks the
+        database up again when it names a stream the cache does not know."""
+        if self._streams_cache is None:
+            self._streams_cache = set(self.config.streams) | self.store.stream_names()
+        return self._streams_cache
+
+    def _stream_set(self) -> _StreamNames:
+        return _StreamNames(self)
 
     def parse_search(self, query: str) -> SearchRequest:
         cfg = self.config
-        req = parse_search(query, now=self.clock(), known_streams=self.known_streams(),
+        req = parse_search(query, now=self.clock(), known_streams=self._stream_set(),
                            k_default=cfg.k_default, k_max=cfg.k_max,
                            max_bytes=cfg.max_query_bytes)
         if req.near_here:
@@ -253,7 +278,26 @@ class MemoryEngine:
         scored_ids: list[np.ndarray] = []
         scored_vals: list[np.ndarray] = []
         unscored: list[int] = []
-        if req.has_filters:
+        if req.has_filters and not req.tags:
+            # Time and place filters run in memory, over each index's (t, x, y) columns:
+            # the same comparisons as SQL, without a round trip.
+            matched = 0
+            for key in keys:
+                qv = qvecs.get(key[0])
+                if qv is None:
+                    continue
+                twin = self.indexes.get(key).exact_twin
+                pos = twin.filter_positions(req.t_min, req.t_max, req.near, req.radius)
+                matched += len(pos)
+                if len(pos):
+                    i, s = twin.search_positions(qv, req.k, pos)
+                    scored_ids.append(i)
+                    scored_vals.append(s)
+            if matched < req.k:  # too few embedded matches: rows without vectors fill in
+                have = set(np.concatenate(scored_ids).tolist()) if scored_ids else set()
+                unscored = [i for i in self.store.candidates(req).ids.tolist()
+                            if i not in have]
+        elif req.has_filters:
             cand = self.store.candidates(req)
             groups: dict[tuple[str, str], list[int]] = {}
             for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids):

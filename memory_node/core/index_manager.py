@@ -26,7 +26,12 @@ from memory_node.core.vectors.faiss_index import HNSWIndex
 log = logging.getLogger("memory_node.index")
 
 Key = tuple[str, str]  # (model_id, stream)
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+
+
+def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, float, float]:
+    """(t, x, y) for in-memory pre-filtering; NaN where the row has no pose."""
+    return (float(t), np.nan if x is None else float(x), np.nan if y is None else float(y))
 
 
 def _file_base(key: Key) -> str:
@@ -89,14 +94,15 @@ class IndexManager:
                 return 0
             self._data_version = dv
             applied = 0
-            adds: dict[Key, tuple[list[int], list[np.ndarray]]] = {}
+            adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]] = {}
             for ch in self.store.vector_changes(self._seq):
                 self._seq = ch.seq
                 if ch.op == "add":
                     key = (ch.model_id, ch.stream)
-                    ids, vecs = adds.setdefault(key, ([], []))
+                    ids, vecs, metas = adds.setdefault(key, ([], [], []))
                     ids.append(ch.obs_id)
                     vecs.append(ch.vector)
+                    metas.append(_meta(ch.t, ch.x, ch.y))
                 else:
                     self._flush(adds)
                     adds = {}
@@ -106,8 +112,8 @@ class IndexManager:
             self._flush(adds)
             return applied
 
-    def _flush(self, adds: dict[Key, tuple[list[int], list[np.ndarray]]]) -> None:
-        for key, (ids, vecs) in adds.items():
+    def _flush(self, adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]]) -> None:
+        for key, (ids, vecs, metas) in adds.items():
             arr = np.asarray(ids, np.int64)
             idx = self._indexes.get(key)
             if idx is None:
@@ -117,7 +123,7 @@ class IndexManager:
                 present = idx.exact_twin.positions(arr)
                 if len(present):
                     idx.remove(arr)
-            idx.add(arr, np.stack(vecs))
+            idx.add(arr, np.stack(vecs), np.asarray(metas, np.float64))
 
     # ---- start-up -------------------------------------------------------------------------
     def load_or_rebuild(self) -> None:
@@ -143,15 +149,16 @@ class IndexManager:
     def _rebuild(self) -> None:
         self._indexes = {}
         self._seq = self.store.max_vector_seq()
-        batch: dict[Key, tuple[list[int], list[bytes]]] = {}
-        for oid, stream, model_id, blob in self.store.all_vectors():
-            ids, blobs = batch.setdefault((model_id, stream), ([], []))
+        batch: dict[Key, tuple[list[int], list[bytes], list[tuple]]] = {}
+        for oid, stream, model_id, t, x, y, blob in self.store.all_vectors():
+            ids, blobs, metas = batch.setdefault((model_id, stream), ([], [], []))
             ids.append(oid)
             blobs.append(blob)
-        for key, (ids, blobs) in batch.items():
+            metas.append(_meta(t, x, y))
+        for key, (ids, blobs, metas) in batch.items():
             vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
             idx = self._indexes[key] = self._new(vecs.shape[1])
-            idx.add(np.asarray(ids, np.int64), vecs)
+            idx.add(np.asarray(ids, np.int64), vecs, np.asarray(metas, np.float64))
         # Rows added while we read are in the feed after `_seq`... but so are rows we did read;
         # `_flush` de-duplicates re-adds, so replaying them is harmless.
 
@@ -174,10 +181,12 @@ class IndexManager:
             base = d / entry["file"]
             ids = np.load(base.with_suffix(".ids.npy"))
             vecs = np.load(base.with_suffix(".vecs.npy"), mmap_mode=None)
-            if len(ids) != entry["n"] or vecs.shape != (entry["n"], entry["dim"]):
+            meta = np.load(base.with_suffix(".meta.npy"))
+            if (len(ids) != entry["n"] or vecs.shape != (entry["n"], entry["dim"])
+                    or meta.shape != (entry["n"], 3)):
                 raise ValueError(f"{entry['file']} does not match the manifest")
             idx = self._new(entry["dim"])
-            idx.add(ids, vecs)
+            idx.add(ids, vecs, meta)
             if entry.get("hnsw"):
                 idx.load_graph(base.with_suffix(".hnsw"))
             indexes[key] = idx
@@ -198,6 +207,7 @@ class IndexManager:
                 base = tmp / _file_base(key)
                 np.save(base.with_suffix(".ids.npy"), idx.ids())
                 np.save(base.with_suffix(".vecs.npy"), idx.exact_twin.vectors())
+                np.save(base.with_suffix(".meta.npy"), idx.exact_twin.meta())
                 has_graph = idx.save_graph(base.with_suffix(".hnsw"))
                 keys.append({"model_id": key[0], "stream": key[1], "file": _file_base(key),
                              "n": len(idx), "dim": idx.dim, "hnsw": has_graph})

@@ -2,7 +2,9 @@
 
 The data is random robot-like rows with real MiniLM embeddings; the queries are random mixes of
 stream, spatial, temporal, tag and semantic parts. Parametrized over the planner's paths:
-gathering candidates, full product + mask, and HNSW for unfiltered searches.
+gathering candidates, full product + mask, HNSW for unfiltered searches, and rows in time order
+(the in-memory time filter becomes a binary-searched slice). Queries with tag filters take the
+SQL candidate path, the others the in-memory (t, x, y) pre-filter.
 """
 
 from __future__ import annotations
@@ -43,13 +45,16 @@ def _rows(rng: np.random.Generator, n: int) -> list[tuple[Observation, bool]]:
     return rows
 
 
-@pytest.fixture(scope="module", params=["gather", "full-product", "hnsw"])
+@pytest.fixture(scope="module", params=["gather", "full-product", "hnsw", "time-ordered"])
 def world(request, tmp_path_factory):
     cfg = {"gather": {}, "full-product": {"exact_gather_max": 1},
-           "hnsw": {"hnsw_min_rows": 50, "hnsw_ef_search": 512}}[request.param]
+           "hnsw": {"hnsw_min_rows": 50, "hnsw_ef_search": 512},
+           "time-ordered": {}}[request.param]
     eng = make_engine(tmp_path_factory.mktemp(request.param), clock=FakeClock(NOW), **cfg)
     rng = np.random.default_rng(42)
     rows = _rows(rng, 360)
+    if request.param == "time-ordered":  # as a recorder writes them: the time filter is a slice
+        rows.sort(key=lambda r: r[0].t)
     texts = [o.text for o, e in rows if e]
     vecs = iter(minilm().embed_texts(texts))
     vectors = []

@@ -31,6 +31,9 @@ class VectorChange:
     stream: str | None = None
     model_id: str | None = None
     vector: np.ndarray | None = None
+    t: float | None = None  # the row's time and place, for pre-filtering in memory
+    x: float | None = None
+    y: float | None = None
 
 
 class ObservationStore(ABC):

@@ -1,9 +1,10 @@
 """SQLite (WAL) observation store: the source of truth, shared by processes on one directory.
 
-Layout: `observations` (one row per kept observation, embedding as a float32 blob), `obs_xy`
-(an R*Tree on x, y for radius queries), `vector_log` (a change feed of vectors so other
-processes and the in-memory indexes catch up incrementally), `archive` (rows thinned or folded
-by compaction: never deleted), and `meta`.
+Layout: `observations` (one row per kept observation; `model_id` set when it has a vector),
+`vectors` (the float32 embedding of a row, kept apart so filter scans read small rows),
+`obs_xy` (an R*Tree on x, y for radius queries), `vector_log` (a change feed of vectors so
+other processes and the in-memory indexes catch up incrementally), `archive` (rows thinned or
+folded by compaction: never deleted), and `meta`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from memory_node.core.query import SearchRequest
 from memory_node.core.store.base import Candidates, ObservationStore, VectorChange
 from memory_node.core.types import Observation, Pose
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _COLUMNS = (
     "id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, note_key"
@@ -40,12 +41,13 @@ CREATE TABLE IF NOT EXISTS observations (
     tags TEXT NOT NULL DEFAULT '{}',
     text TEXT NOT NULL DEFAULT '',
     ref TEXT,
-    embedding BLOB,
     model_id TEXT,
     note_key TEXT UNIQUE,
     created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS obs_stream_t ON observations(stream, t);
+CREATE INDEX IF NOT EXISTS obs_t ON observations(t);
+CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS obs_xy USING rtree(id, min_x, max_x, min_y, max_y);
 CREATE TABLE IF NOT EXISTS vector_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -126,15 +128,15 @@ class SqliteObservationStore(ObservationStore):
                     blob = None if vec is None else np.asarray(vec, np.float32).tobytes()
                     cur = self._w.execute(
                         "INSERT INTO observations(stream, t, x, y, z, yaw, frame, pose_source,"
-                        " tags, text, ref, embedding, model_id, note_key, created)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " tags, text, ref, model_id, note_key, created)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (
                             obs.stream, float(obs.t),
                             p.x if p else None, p.y if p else None,
                             p.z if p else None, p.yaw if p else None,
                             p.frame if p else None, p.source if p else "none",
                             json.dumps(obs.tags, separators=(",", ":")), obs.text, obs.ref,
-                            blob, obs.model_id if vec is not None else None,
+                            obs.model_id if vec is not None else None,
                             obs.note_key, now,
                         ),
                     )
@@ -146,7 +148,9 @@ class SqliteObservationStore(ObservationStore):
                             " VALUES (?,?,?,?,?)",
                             (oid, p.x, p.x, p.y, p.y),
                         )
-                    if vec is not None:
+                    if blob is not None:
+                        self._w.execute("INSERT INTO vectors(id, embedding) VALUES (?, ?)",
+                                        (oid, blob))
                         self._w.execute(
                             "INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')", (oid,)
                         )
@@ -162,11 +166,12 @@ class SqliteObservationStore(ObservationStore):
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
             try:
-                cur = self._w.execute(
-                    "UPDATE observations SET embedding=?, model_id=? WHERE id=?",
-                    (np.asarray(vector, np.float32).tobytes(), model_id, obs_id),
-                )
+                cur = self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
+                                      (model_id, obs_id))
                 if cur.rowcount:
+                    self._w.execute(
+                        "INSERT OR REPLACE INTO vectors(id, embedding) VALUES (?, ?)",
+                        (obs_id, np.asarray(vector, np.float32).tobytes()))
                     self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
                                     (obs_id,))
                 self._w.execute("COMMIT")
@@ -201,8 +206,7 @@ class SqliteObservationStore(ObservationStore):
                     if not cur.rowcount:
                         continue
                     had_vec = self._w.execute(
-                        "SELECT embedding IS NOT NULL FROM observations WHERE id=?", (oid,)
-                    ).fetchone()[0]
+                        "DELETE FROM vectors WHERE id=?", (oid,)).rowcount > 0
                     self._w.execute("DELETE FROM observations WHERE id=?", (oid,))
                     self._w.execute("DELETE FROM obs_xy WHERE id=?", (oid,))
                     if had_vec:
@@ -333,32 +337,33 @@ class SqliteObservationStore(ObservationStore):
                 "SELECT seq, obs_id, op FROM vector_log WHERE seq > ? ORDER BY seq", (after_seq,)
             ).fetchall()
         adds = [oid for _, oid, op in log if op == "add"]
-        vecs: dict[int, tuple[str, str, bytes]] = {}
+        vecs: dict[int, tuple] = {}
         with self._rlock:
             for start in range(0, len(adds), 900):
                 chunk = adds[start:start + 900]
                 marks = ",".join("?" * len(chunk))
-                for oid, stream, model_id, blob in self._r.execute(
-                    "SELECT id, stream, model_id, embedding FROM observations"
-                    f" WHERE id IN ({marks}) AND embedding IS NOT NULL", chunk
+                for row in self._r.execute(
+                    "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.embedding"
+                    " FROM observations o JOIN vectors v ON v.id = o.id"
+                    f" WHERE o.id IN ({marks})", chunk
                 ):
-                    vecs[oid] = (stream, model_id, blob)
+                    vecs[row[0]] = row[1:]
         for seq, oid, op in log:
             if op == "add":
                 if oid not in vecs:  # archived since; its 'del' follows in the log
                     continue
-                stream, model_id, blob = vecs[oid]
+                stream, model_id, t, x, y, blob = vecs[oid]
                 yield VectorChange(seq, oid, "add", stream, model_id,
-                                   np.frombuffer(blob, dtype=np.float32))
+                                   np.frombuffer(blob, dtype=np.float32), t, x, y)
             else:
                 yield VectorChange(seq, oid, "del")
 
-    def all_vectors(self) -> Iterator[tuple[int, str, str, bytes]]:
-        """(id, stream, model_id, blob) of every vector, in id order, for index rebuilds."""
+    def all_vectors(self) -> Iterator[tuple]:
+        """(id, stream, model_id, t, x, y, blob) of every vector, in id order, for rebuilds."""
         with self._rlock:
             cur = self._r.execute(
-                "SELECT id, stream, model_id, embedding FROM observations"
-                " WHERE embedding IS NOT NULL ORDER BY id"
+                "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.embedding"
+                " FROM observations o JOIN vectors v ON v.id = o.id ORDER BY o.id"
             )
             while True:
                 batch = cur.fetchmany(10000)
@@ -370,7 +375,7 @@ class SqliteObservationStore(ObservationStore):
         marks = ",".join("?" * len(streams))
         with self._rlock:
             rows = self._r.execute(
-                f"SELECT {_COLUMNS} FROM observations WHERE embedding IS NULL"
+                f"SELECT {_COLUMNS} FROM observations WHERE model_id IS NULL"
                 f" AND text != '' AND stream IN ({marks}) ORDER BY id", list(streams)
             ).fetchall()
         return [self._row(r) for r in rows]
@@ -398,20 +403,24 @@ class SqliteObservationStore(ObservationStore):
 
     def vector_of(self, obs_id: int) -> np.ndarray | None:
         with self._rlock:
-            r = self._r.execute("SELECT embedding FROM observations WHERE id=?",
+            r = self._r.execute("SELECT embedding FROM vectors WHERE id=?",
                                 (obs_id,)).fetchone()
         return None if r is None or r[0] is None else np.frombuffer(r[0], dtype=np.float32)
 
     def stream_stats(self) -> list[dict]:
         with self._rlock:
             rows = self._r.execute(
-                "SELECT stream, count(*), min(t), max(t), count(embedding) FROM observations"
+                "SELECT stream, count(*), min(t), max(t), count(model_id) FROM observations"
                 " GROUP BY stream ORDER BY stream"
             ).fetchall()
         return [
             {"name": s, "count": n, "first_t": a, "last_t": b, "semantic": bool(v)}
             for s, n, a, b, v in rows
         ]
+
+    def stream_names(self) -> set[str]:
+        with self._rlock:
+            return {r[0] for r in self._r.execute("SELECT DISTINCT stream FROM observations")}
 
     def count(self) -> int:
         with self._rlock:

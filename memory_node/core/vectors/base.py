@@ -31,7 +31,9 @@ class VectorIndex(ABC):
         self.dim = int(dim)
 
     @abstractmethod
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None: ...
+    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
+        """Add vectors; `meta` is an optional (n, 3) float64 array of (t, x, y) per row that
+        indexes able to pre-filter in memory keep (NaN: unknown)."""
 
     @abstractmethod
     def remove(self, ids: np.ndarray) -> int: ...

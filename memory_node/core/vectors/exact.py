@@ -1,5 +1,9 @@
 """Exact index over a contiguous numpy matrix: the reference every other index is checked
-against, and the scorer of filtered candidate sets."""
+against, and the scorer of filtered candidate sets.
+
+Each row may carry (t, x, y): the time and place filters of a search then run as numpy masks
+over these columns, with no round trip to SQLite, before the masked rows are scored.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ class ExactIndex(VectorIndex):
         self.gather_max = gather_max
         self._ids = np.empty(0, np.int64)
         self._vecs = np.empty((0, dim), np.float32)
+        self._meta = np.empty((0, 3), np.float64)  # t, x, y
+        self._t_sorted = True  # whether t is non-decreasing (NaN-free) in row order
         self._n = 0
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
         self._lock = threading.RLock()
@@ -34,21 +40,36 @@ class ExactIndex(VectorIndex):
     def vectors(self) -> np.ndarray:
         return self._vecs[: self._n]
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+    def meta(self) -> np.ndarray:
+        return self._meta[: self._n]
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
         ids, vectors = self._check(ids, vectors)
         if len(ids) == 0:
             return
+        if meta is None:
+            meta = np.full((len(ids), 3), np.nan)
+        meta = np.asarray(meta, np.float64).reshape(len(ids), 3)
         with self._lock:
             need = self._n + len(ids)
             if need > len(self._ids):
                 cap = max(need, 2 * len(self._ids), 1024)
                 new_ids = np.empty(cap, np.int64)
                 new_vecs = np.empty((cap, self.dim), np.float32)
+                new_meta = np.empty((cap, 3), np.float64)
                 new_ids[: self._n] = self._ids[: self._n]
                 new_vecs[: self._n] = self._vecs[: self._n]
-                self._ids, self._vecs = new_ids, new_vecs
+                new_meta[: self._n] = self._meta[: self._n]
+                self._ids, self._vecs, self._meta = new_ids, new_vecs, new_meta
+            t_new = meta[:, 0]
+            if self._t_sorted and (
+                np.isnan(t_new).any() or (len(t_new) > 1 and (np.diff(t_new) < 0).any())
+                or (self._n and t_new[0] < self._meta[self._n - 1, 0])
+            ):
+                self._t_sorted = False
             self._ids[self._n : need] = ids
             self._vecs[self._n : need] = vectors
+            self._meta[self._n : need] = meta
             self._n = need
             self._sorted = None
 
@@ -60,7 +81,10 @@ class ExactIndex(VectorIndex):
             if removed:
                 self._ids = self._ids[: self._n][keep].copy()
                 self._vecs = self._vecs[: self._n][keep].copy()
+                self._meta = self._meta[: self._n][keep].copy()
                 self._n = len(self._ids)
+                t = self._meta[:, 0]
+                self._t_sorted = not np.isnan(t).any() and bool((np.diff(t) >= 0).all())
                 self._sorted = None
             return removed
 
@@ -80,6 +104,45 @@ class ExactIndex(VectorIndex):
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._vecs[self.positions(np.asarray(ids, np.int64))]
+
+    def filter_positions(self, t_min: float | None = None, t_max: float | None = None,
+                         near: tuple[float, float] | None = None, radius: float = 0.0
+                         ) -> np.ndarray:
+        """Positions of rows with t_min <= t <= t_max and (x-nx)² + (y-ny)² <= r² — the same
+        comparisons, in float64, as the SQL filters, so both select the same rows."""
+        with self._lock:
+            n = self._n
+            t = self._meta[:n, 0]
+            lo, hi = 0, n
+            if self._t_sorted:  # rows arrive in time order: the window is a slice
+                if t_min is not None:
+                    lo = int(np.searchsorted(t, t_min, side="left"))
+                if t_max is not None:
+                    hi = int(np.searchsorted(t, t_max, side="right"))
+                pos = np.arange(lo, max(lo, hi))
+            else:
+                mask = np.ones(n, bool)
+                if t_min is not None:
+                    mask &= t >= t_min
+                if t_max is not None:
+                    mask &= t <= t_max
+                pos = np.flatnonzero(mask)
+            if near is not None:
+                xy = self._meta[pos, 1:] if len(pos) < n else self._meta[:n, 1:]
+                dx = xy[:, 0] - near[0]
+                dy = xy[:, 1] - near[1]
+                pos = pos[dx * dx + dy * dy <= radius * radius]
+            return pos
+
+    def search_positions(self, query: np.ndarray, k: int, positions: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k among the rows at `positions` (from `filter_positions`), exactly."""
+        q = np.asarray(query, np.float32).reshape(-1)
+        with self._lock:
+            ids_all, vecs = self._ids[: self._n], self._vecs[: self._n]
+            if len(positions) <= self.gather_max:
+                return top_k(ids_all[positions], vecs[positions] @ q, k)
+            return top_k(ids_all[positions], (vecs @ q)[positions], k)
 
     def search(
         self, query: np.ndarray, k: int, candidates: np.ndarray | None = None

@@ -34,7 +34,7 @@ class FaissFlatIndex(VectorIndex):
     def ids(self) -> np.ndarray:
         return faiss.vector_to_array(self._index.id_map).astype(np.int64)
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
         ids, vectors = self._check(ids, vectors)
         if len(ids):
             with self._lock:
@@ -114,10 +114,10 @@ class HNSWIndex(VectorIndex):
             self._hnsw, self._hnsw_ids = graph, self.exact_twin.ids()
             self._dirty = False
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
         ids, vectors = self._check(ids, vectors)
         with self._lock:
-            self.exact_twin.add(ids, vectors)
+            self.exact_twin.add(ids, vectors, meta)
             if self._hnsw is not None and not self._dirty:
                 self._hnsw.add(vectors)
                 self._hnsw_ids = np.concatenate([self._hnsw_ids, ids])
