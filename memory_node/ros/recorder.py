@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
@@ -49,35 +50,64 @@ class StreamCounters:
 
 @dataclass
 class Gate:
-    """Keep a keyframe when the robot moved, turned, or enough time passed since the last."""
+    """Keep a keyframe when the robot moved, turned, or enough time passed since the last —
+    or, for images, when the view changed (someone walked in) while the robot stood still."""
 
     min_distance: float
     min_yaw: float
     max_interval: float
+    min_view_change: float = 0.0  # mean absolute difference of 32x24 grey thumbnails, 0..1
+    min_view_interval: float = 1.0
     last_pose: Pose | None = None
     last_t: float | None = None
+    last_view: np.ndarray | None = None
 
-    def admit(self, t: float, pose: Pose | None) -> bool:
+    def admit(self, t: float, pose: Pose | None, view: np.ndarray | None = None) -> bool:
         if self.last_t is None or t < self.last_t:  # first frame, or time jumped back
-            return self._take(t, pose)
+            return self._take(t, pose, view)
         if t - self.last_t >= self.max_interval:
-            return self._take(t, pose)
+            return self._take(t, pose, view)
         if pose is not None and self.last_pose is not None:
             moved = math.hypot(pose.x - self.last_pose.x, pose.y - self.last_pose.y)
             turned = abs(math.atan2(math.sin(pose.yaw - self.last_pose.yaw),
                                     math.cos(pose.yaw - self.last_pose.yaw)))
             if moved >= self.min_distance or turned >= self.min_yaw:
-                return self._take(t, pose)
+                return self._take(t, pose, view)
         elif pose is not None and self.last_pose is None:
-            return self._take(t, pose)
+            return self._take(t, pose, view)
+        if (self.min_view_change > 0 and view is not None and self.last_view is not None
+                and t - self.last_t >= self.min_view_interval
+                and float(np.abs(view - self.last_view).mean()) >= self.min_view_change):
+            return self._take(t, pose, view)
         return False
 
-    def _take(self, t: float, pose: Pose | None) -> bool:
+    def _take(self, t: float, pose: Pose | None, view: np.ndarray | None) -> bool:
         self.last_t, self.last_pose = t, pose
+        if view is not None:
+            self.last_view = view
         return True
 
     def reset(self) -> None:
-        self.last_t, self.last_pose = None, None
+        self.last_t, self.last_pose, self.last_view = None, None, None
+
+
+def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
+    """A 32x24 grey thumbnail (0..1) of an image message, for the view-change gate."""
+    import cv2
+
+    from memory_node.ros.image_codec import image_to_bgr
+
+    try:
+        if kind == "compressed":
+            grey = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8),
+                                cv2.IMREAD_REDUCED_GRAYSCALE_4)
+            if grey is None:
+                return None
+        else:
+            grey = cv2.cvtColor(image_to_bgr(msg), cv2.COLOR_BGR2GRAY)
+        return cv2.resize(grey, (32, 24), interpolation=cv2.INTER_AREA).astype(np.float32) / 255
+    except (ValueError, cv2.error):
+        return None  # the worker reports undecodable frames
 
 
 @dataclass
@@ -106,6 +136,10 @@ class MemoryRecorder(Node):
         p("min_distance", 0.5)
         p("min_yaw", 0.5)
         p("max_interval", 10.0)
+        # Camera only: keep a frame whose view changed this much (mean grey difference, 0..1)
+        # since the last kept one, at most one per min_view_interval seconds; 0 turns it off.
+        p("min_view_change", 0.06)
+        p("min_view_interval", 1.0)
         p("lidar_voxel", 0.1)
         p("queue_size", 16)
         p("batch_size", 4)
@@ -113,7 +147,7 @@ class MemoryRecorder(Node):
         p("stats_period_s", 5.0)
         # A frame's TF may arrive after the frame itself (another topic, a busy CPU): the
         # worker waits up to this long (wall time) for it before falling back to odometry.
-        p("tf_wait_s", 1.0)
+        p("tf_wait_s", 2.0)
         # TF history kept for the worker: it looks poses up at stamps that can lie seconds in
         # the past when it is behind (a burst of keyframes, a busy CPU).
         p("tf_cache_s", 60.0)
@@ -125,6 +159,8 @@ class MemoryRecorder(Node):
         self.counters = {s: StreamCounters() for s in STREAMS}
         self.gates = {s: Gate(g("min_distance").value, g("min_yaw").value,
                               g("max_interval").value) for s in STREAMS}
+        self.gates["camera"].min_view_change = float(g("min_view_change").value)
+        self.gates["camera"].min_view_interval = float(g("min_view_interval").value)
         self._own_engine = engine is None
         if engine is None:
             engine = MemoryEngine(engine_config_from_params(self),
@@ -137,8 +173,10 @@ class MemoryRecorder(Node):
         self._lock = threading.Lock()
         self._last_stamp: float | None = None
         cb = MutuallyExclusiveCallbackGroup()
+        # TF in a group of its own: a burst of image callbacks must not hold up /tf.
         self.poses = PoseTracker(self, g("world_frame").value, g("base_frame").value, None,
-                                 g("tf_tolerance_s").value, callback_group=cb,
+                                 g("tf_tolerance_s").value,
+                                 callback_group=MutuallyExclusiveCallbackGroup(),
                                  cache_s=float(g("tf_cache_s").value),
                                  max_gap_s=float(g("tf_max_gap_s").value))
         reliability = (ReliabilityPolicy.RELIABLE
@@ -192,12 +230,14 @@ class MemoryRecorder(Node):
         c = self.counters[stream]
         c.received += 1
         t = stamp_to_seconds(msg.header.stamp)
+        gate = self.gates[stream]
+        view = view_thumbnail(msg, kind) if stream == "camera" and gate.min_view_change else None
         with self._lock:
             self._check_time()
             pose = self.poses.pose_at(t)
             if pose is None:
                 c.no_pose += 1
-            if not self.gates[stream].admit(t, pose):
+            if not gate.admit(t, pose, view):
                 c.skipped += 1
                 return
         try:

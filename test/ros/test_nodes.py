@@ -160,7 +160,7 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
 def _lifecycle(node, ctx, name):
     change = node.create_client(ChangeState, f"/{name}/change_state")
     get = node.create_client(GetState, f"/{name}/get_state")
-    assert change.wait_for_service(timeout_sec=30)
+    assert change.wait_for_service(timeout_sec=30) and get.wait_for_service(timeout_sec=30)
     executor = SingleThreadedExecutor(context=ctx)
 
     def transition(tid):
@@ -170,7 +170,7 @@ def _lifecycle(node, ctx, name):
 
     def state():
         fut = get.call_async(GetState.Request())
-        rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=10)
+        rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=30)
         return fut.result().current_state.label
 
     return transition, state
