@@ -167,6 +167,11 @@ class Replayer:
         total = sum(self.info.topics[t][1] for t in self.topics)
         try:
             conns = [c for c in reader.connections if c.topic in self.topics]
+            static = [c for c in conns if c.topic == "/tf_static"]
+            if static and start_ns > self.info.start_ns:
+                # Static transforms recorded before --start still hold: latch them first.
+                for conn, _t, raw in reader.messages(connections=static, stop=start_ns):
+                    self._publish(conn.topic, raw)
             wall0 = time.monotonic()
             last_clock = None
             n = 0

@@ -1,0 +1,125 @@
+"""memory-replay against real bags: MCAP and sqlite3, --topics/--start/--duration, /tf_static
+latched for late subscribers, and clear errors (exit 2) for bags it cannot play, while a node
+listening goes on unaffected."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+
+import pytest
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from tf2_msgs.msg import TFMessage
+
+from memory_node.ros.replay import Replayer, ReplayError, bag_info, main
+from memory_node.sim.generate import generate_sample
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bags")
+    mcap = generate_sample(root / "mcap", seed=3, duration_s=12.0)
+    sqlite = generate_sample(root / "sqlite", seed=3, duration_s=12.0, fmt="sqlite3")
+    return mcap.bag_dir, sqlite.bag_dir
+
+
+@pytest.fixture
+def node():
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    n = rclpy.create_node("replay_test", context=ctx)
+    yield n
+    n.destroy_node()
+    rclpy.shutdown(context=ctx)
+
+
+def test_info_lists_topics_and_counts(bags, capsys):
+    mcap, _ = bags
+    info = bag_info(mcap)
+    assert info.topics["/camera/image_raw"][0] == "sensor_msgs/msg/Image"
+    assert 130 <= info.topics["/camera/image_raw"][1] <= 160  # ~12 Hz for 12 s
+    assert 11.5 < info.duration_s < 12.5
+    assert main([str(mcap), "--info"]) == 0
+    assert "/lidar/points" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", ["mcap", "sqlite3"])
+def test_replays_selected_topics_with_clock_and_latched_static_tf(bags, node, fmt):
+    bag = bags[0] if fmt == "mcap" else bags[1]
+    received: dict[str, list] = {"odom": [], "clock": [], "static": []}
+    from nav_msgs.msg import Odometry
+    from rosgraph_msgs.msg import Clock
+
+    node.create_subscription(Odometry, "/odom", received["odom"].append, 100)
+    node.create_subscription(Clock, "/clock", received["clock"].append, 100)
+    rep = Replayer(node, bag, rate=4.0, topics=["/odom", "/tf_static"], start_s=2.0,
+                   duration_s=5.0, wait_subscribers_s=5.0)
+    n = rep.run()
+    # A subscriber that comes late still gets every static transform (transient local).
+    node.create_subscription(
+        TFMessage, "/tf_static", received["static"].append,
+        QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                   durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    ex = SingleThreadedExecutor(context=node.context)
+    ex.add_node(node)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (len(received["odom"]) < 95 or not received["static"]):
+        ex.spin_once(timeout_sec=0.1)
+    ex.shutdown()
+    assert n >= 100  # ~20 Hz odometry for 5 s (+ nothing else: the static TF is at t=0)
+    assert 95 <= len(received["odom"]) <= n
+    t0 = received["odom"][0].header.stamp.sec + received["odom"][0].header.stamp.nanosec * 1e-9
+    assert abs(t0 - (1764460800 + 2.0)) < 0.1  # --start 2 s into the bag
+    children = {ts.child_frame_id for m in received["static"] for ts in m.transforms}
+    assert {"camera_link", "lidar"} <= children
+    clock_s = [c.clock.sec + c.clock.nanosec * 1e-9 for c in received["clock"]]
+    assert clock_s and clock_s == sorted(clock_s) and clock_s[-1] >= t0 + 4.5
+
+
+def test_unknown_topic_and_type_and_corrupt_bags_are_clear_errors(bags, tmp_path, node):
+    mcap, _ = bags
+    with pytest.raises(ReplayError, match="not in the bag: /nope"):
+        Replayer(node, mcap, topics=["/nope"])
+    with pytest.raises(ReplayError, match="does not exist"):
+        Replayer(node, tmp_path / "missing")
+    # A bag whose type no installed package provides.
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    store = get_typestore(Stores.ROS2_KILTED)
+    store.register(get_types_from_msg("int32 level", "acme_msgs/msg/Battery"))
+    odd = tmp_path / "odd_bag"
+    with Writer(odd, version=8, storage_plugin=StoragePlugin.MCAP) as w:
+        conn = w.add_connection("/battery", "acme_msgs/msg/Battery", typestore=store)
+        msg = store.types["acme_msgs/msg/Battery"](level=3)
+        w.write(conn, 1, store.serialize_cdr(msg, "acme_msgs/msg/Battery"))
+    with pytest.raises(ReplayError, match="unknown message type acme_msgs/msg/Battery"):
+        Replayer(node, odd)
+    # A truncated recording: the replay stops with a message, not a traceback.
+    broken = tmp_path / "broken"
+    shutil.copytree(mcap, broken)
+    data = next(broken.glob("*.mcap"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with pytest.raises(ReplayError, match="broken"):
+        Replayer(node, broken, rate=50.0).run()
+
+
+def test_cli_exit_codes_and_listening_node_unaffected(bags, tmp_path, ros_process):
+    mcap, _ = bags
+    server = ros_process(["-m", "memory_node.ros.main", "--memory-dir", str(tmp_path / "m")])
+    server.wait_for_line("recording", timeout=60)
+    broken = tmp_path / "broken"
+    shutil.copytree(mcap, broken)
+    data = next(broken.glob("*.mcap"))
+    data.write_bytes(data.read_bytes()[:2000])
+    proc = ros_process([sys.executable, "-m", "memory_node.ros.replay", str(broken)])
+    assert proc.popen.wait(60) == 2
+    assert "memory-replay:" in proc.output and "Traceback" not in proc.output
+    cli = ros_process([sys.executable, "-m", "memory_node.ros.cli", "streams", "--timeout", "30"])
+    assert cli.popen.wait(60) == 0
+    assert json.loads(cli.output.strip().splitlines()[-1])["ok"] is True
+    assert server.poll() is None
