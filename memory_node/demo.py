@@ -280,9 +280,17 @@ class Turns:
         self.out(f"  check: {what}: {'OK' if ok else 'FAILED'} ({detail})")
 
 
+QUESTIONS = (
+    "Walk towards the brightest part of the flat. Where is it?",
+    "Have you been here before?",
+    "Who did you greet at the door earlier?",
+    "Was anyone standing near the front door since you started?",
+)
+
+
 def run_demo(out_dir: Path, *, rate: float = 2.0, seed: int = 7, two_process: bool = False,
-             duration_s: float | None = None, echo: Callable[[str], None] = print
-             ) -> dict[str, Any]:
+             duration_s: float | None = None, echo: Callable[[str], None] = print,
+             llm: Any = None) -> dict[str, Any]:
     """Everything `make demo` does; returns the checks and paths (the e2e tests use it)."""
     from memory_node.agent.prompt import pose_line
     from memory_node.agent.ros_client import RosClient
@@ -315,7 +323,7 @@ def run_demo(out_dir: Path, *, rate: float = 2.0, seed: int = 7, two_process: bo
             pose, now = client.current_pose(), client.now()
             if pose is None or not person["t_start"] <= now <= person["t_end"]:
                 return
-            if math.hypot(pose.x - sample.door[0], pose.y - sample.door[1]) > 2.5:
+            if math.hypot(pose.x - person["x"], pose.y - person["y"]) > 3.0:
                 return
             turns.user("(at the front door, a person greets the robot)", pose_line(pose))
             answer = skills["remember"].call(note=ALICE_NOTE)
@@ -331,6 +339,8 @@ def run_demo(out_dir: Path, *, rate: float = 2.0, seed: int = 7, two_process: bo
              "observations stored")
         result["remembered"] = remembered
         ask(skills, client, sample, turns, result)
+        if llm is not None:
+            ask_llm(llm, client, echo)
         result["png"] = draw_map(out_dir / "memory_map.png", sample, memory_dir,
                                  result.get("hits", []), result.get("notes", []))
         echo(f"\nmemory-demo: top-down picture: {result['png']}")
@@ -360,7 +370,7 @@ def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -
     now = client.now()
     started = float(sample.truth.get("epoch", now - 600))
     # 1. brightest place
-    turns.user("Walk towards the brightest part of the flat. Where is it?", pose_line(pose))
+    turns.user(QUESTIONS[0], pose_line(pose))
     call("query_memory", stream="camera", semantic_query="a very bright scene, white light",
          k=3)
     [top] = _results(client, {"stream": "camera", "order_by": "-brightness", "k": 1}) or [{}]
@@ -377,7 +387,7 @@ def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -
     result["brightest"] = top
 
     # 2. been here before?
-    turns.user("Have you been here before?", pose_line(pose))
+    turns.user(QUESTIONS[1], pose_line(pose))
     call("where_am_i")
     earlier = []
     if pose is not None:
@@ -396,7 +406,7 @@ def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -
     result["been_here"] = earlier
 
     # 3. who did I greet at the door?
-    turns.user("Who did you greet at the door earlier?", pose_line(pose))
+    turns.user(QUESTIONS[2], pose_line(pose))
     call("query_agent_memory", semantic_query="who did I greet at the door")
     notes = _results(client, {"stream": "events", "semantic_query": "who did I greet at the door",
                               "k": 1})
@@ -409,9 +419,9 @@ def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -
     # 4. combined spatial + temporal + semantic
     person = sample.person
     since = now - started + 5
-    turns.user("Was anyone standing near the front door since I started?", pose_line(pose))
+    turns.user(QUESTIONS[3], pose_line(pose))
     q = {"stream": "camera", "semantic_query": "one person standing", "near_x": sample.door[0],
-         "near_y": sample.door[1], "radius": 3.0, "after_seconds_ago": round(since, 1),
+         "near_y": sample.door[1], "radius": 3.5, "after_seconds_ago": round(since, 1),
          "k": 5}
     call("query_memory", **q)
     hits = _results(client, {**q, "tags": {"person": True}})
@@ -426,6 +436,29 @@ def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -
                 f"[{person['t_start'] - started:.0f} s, {person['t_end'] - started:.0f} s]")
 
 
+def ask_llm(chat: Any, client: Any, echo: Callable[[str], None]) -> None:
+    """The same questions, answered by a real model driving the same tools."""
+    from memory_node.agent.llm_agent import run_turn
+
+    echo(f"\nmemory-demo: the same questions, answered by {chat.settings.model} through the "
+         "memory tools")
+    history: list[dict[str, Any]] = []
+    for q in QUESTIONS:
+        echo(f"\n[llm] user: {q}")
+
+        def show(name: str, args: dict[str, Any], answer: str) -> None:
+            echo(f"  -> {name}({', '.join(f'{k}={v!r}' for k, v in args.items())})")
+            for line in answer.splitlines()[:4]:
+                echo(f"     {line}")
+
+        try:
+            result = run_turn(chat, client, q, history, on_tool=show)
+        except Exception as exc:  # noqa: BLE001 - the model is optional; report and go on
+            echo(f"  (the model call failed: {exc})")
+            return
+        echo(f"  {chat.settings.model}: {result.answer}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memory-demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -434,8 +467,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--two-process", action="store_true",
                         help="recorder and server in separate processes")
+    parser.add_argument("--llm", action="store_true",
+                        help="also let a real model (VLM_* or OPENAI_* settings) answer the "
+                        "questions through the same tools")
     args = parser.parse_args(argv)
-    result = run_demo(args.out, rate=args.rate, seed=args.seed, two_process=args.two_process)
+    chat = None
+    if args.llm:
+        from memory_node.core.llm import ChatClient, resolve_llm_settings
+
+        settings = resolve_llm_settings()
+        if settings is None:
+            print("memory-demo: --llm needs VLM_API_KEY (with VLM_BASE_URL, VLM_MODEL) or "
+                  "OPENAI_API_KEY", file=sys.stderr)
+            return 2
+        chat = ChatClient(settings, timeout=120.0)
+    result = run_demo(args.out, rate=args.rate, seed=args.seed, two_process=args.two_process,
+                      llm=chat)
     return 0 if result["ok"] else 1
 
 

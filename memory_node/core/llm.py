@@ -147,6 +147,38 @@ class ChatClient:
                     f"LLM endpoint {self.endpoint} answered HTTP 400: {exc.detail}"
                 ) from None
 
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int = 1024,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """One chat completion with optional function tools: the assistant message as a dict
+        (`content`, and `tool_calls` when the model wants tools run)."""
+        if not messages:
+            raise ValueError("messages must not be empty")
+        body: dict[str, Any] = {"model": self.settings.model, "messages": list(messages)}
+        if tools:
+            body["tools"] = list(tools)
+        body.update(extra)
+        body[self._token_field] = int(max_tokens)
+        try:
+            payload = self._post_json(body)
+        except _TokenFieldRejected:
+            other = "max_tokens" if self._token_field != "max_tokens" else "max_completion_tokens"
+            body[other] = body.pop(self._token_field)
+            self._token_field = other
+            payload = self._post_json(body)
+        try:
+            message = payload["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            raise LLMError(
+                f"LLM endpoint {self.endpoint} answered without choices[0].message") from None
+        if not isinstance(message, dict):
+            raise LLMError(f"LLM endpoint {self.endpoint} answered a malformed message")
+        return message
+
     def caption_image(
         self,
         image_bgr: np.ndarray,
@@ -179,6 +211,9 @@ class ChatClient:
     # -- transport -------------------------------------------------------------------------
 
     def _post(self, body: dict[str, Any]) -> str:
+        return self._reply_text(self._post_json(body))
+
+    def _post_json(self, body: dict[str, Any]) -> Any:
         data = json.dumps(body).encode("utf-8")
         req = urllib.request.Request(
             self._url,
@@ -214,10 +249,9 @@ class ChatClient:
                 f"cannot reach LLM endpoint {self.endpoint}: {self._scrub(str(reason))}"
             ) from None
         try:
-            payload = json.loads(raw)
+            return json.loads(raw)
         except ValueError:
             raise LLMError(f"LLM endpoint {self.endpoint} answered invalid JSON") from None
-        return self._reply_text(payload)
 
     def _reply_text(self, payload: Any) -> str:
         try:

@@ -142,7 +142,7 @@ class OpenCVDescriber:
         detect_faces: bool | None = None,
         face_cascade_path: str | None = None,
         max_detect_width: int = 320,
-        hog_scale: float = 1.1,
+        hog_scale: float = 1.05,
         hog_min_weight: float = 0.5,
         face_scale: float = 1.2,
         face_min_size: int = 28,
