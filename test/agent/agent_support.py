@@ -1,10 +1,9 @@
-"""Shared helpers for the agent tests: one real MiniLM model per process, seeded memories,
-MCP server processes and sessions."""
+"""Shared helpers for the agent tests: seeded memories, MCP server processes and sessions (the
+real model and engines come from engine_support)."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import socket
 import sys
@@ -14,7 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from memory_node.core.config import MemoryConfig
+from engine_support import FakeClock, PoseBox
+from engine_support import make_engine as _make_engine
+
 from memory_node.core.engine import MemoryEngine
 from memory_node.core.query import SaveRequest
 from memory_node.core.types import Pose
@@ -26,39 +27,13 @@ NO_LLM_ENV = {"VLM_API_KEY": "", "OPENAI_API_KEY": "", "VLM_BASE_URL": "",
 SERVER_MODULE = "memory_node.agent.mcp_server"
 
 
-@functools.lru_cache(maxsize=1)
-def minilm() -> Any:
-    """The real offline text model, loaded once per test process."""
-    from memory_node.core.embedders.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder()
-
-
-class Clock:
-    """A settable clock: the memory's "now"."""
-
-    def __init__(self, t: float):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class PoseBox:
-    """The robot's current pose as the engine's pose provider sees it."""
-
-    def __init__(self, pose: Pose | None = None):
-        self.pose = pose
-
-    def __call__(self) -> Pose | None:
-        return self.pose
+Clock = FakeClock  # a settable clock: the memory's "now"
 
 
 def make_engine(root: Path, clock: Clock | None = None, pose: PoseBox | None = None
                 ) -> MemoryEngine:
-    config = MemoryConfig.from_mapping({"memory_dir": str(root)}, env={})
-    return MemoryEngine(config, clock=clock or time.time, pose_provider=pose or PoseBox(),
-                        text_embedder=minilm(), llm_settings=None)
+    """An engine on the real model; its clock is the wall clock unless one is given."""
+    return _make_engine(root, clock or time.time, pose or PoseBox())
 
 
 def seed(engine: MemoryEngine, now: float) -> dict[str, int]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import numpy as np
 import pytest
+from chat_server import ChatServer
 from engine_support import T0, FakeClock, PoseBox, make_engine
 
 from memory_node.core.engine import CameraFrame
@@ -160,33 +159,12 @@ def test_compact_without_llm_reports_unavailable_and_keeps_notes(env):
                                                                        T0 - 2 * 86400 + 19]
 
 
-class ChatHandler(BaseHTTPRequestHandler):
-    requests: list[dict] = []
-
-    def do_POST(self):  # noqa: N802 - http.server's naming
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        ChatHandler.requests.append({"path": self.path, "auth": self.headers["Authorization"],
-                                     "body": body})
-        reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                     "role": "assistant", "content": "- Met Alice at the front door."}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_compact_writes_llm_summaries_of_old_notes(tmp_path):
-    server = HTTPServer(("127.0.0.1", 0), ChatHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        settings = LLMSettings(base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                               api_key="sk-test-secret", model="gpt-5.5")
+    def reply(body):
+        return {"role": "assistant", "content": "- Met Alice at the front door."}
+
+    with ChatServer(reply) as srv:
+        settings = LLMSettings(base_url=srv.base_url, api_key="sk-test-secret", model="gpt-5.5")
         clock = FakeClock(T0)
         eng = make_engine(tmp_path / "m", clock, PoseBox(Pose(3, 4)), llm_settings=settings)
         eng.save("Met Alice at the front door.")
@@ -194,7 +172,7 @@ def test_compact_writes_llm_summaries_of_old_notes(tmp_path):
         clock.t += 2 * 86400
         res = call(eng.compact)
         assert res["summaries"]["status"] == "ok" and res["summaries"]["written"] == 1
-        [req] = ChatHandler.requests
+        [req] = srv.requests
         assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer sk-test-secret"
         assert "Met Alice" in req["body"]["messages"][-1]["content"]
         summ = call(eng.search, '{"stream": "summaries"}')["results"]
@@ -202,10 +180,8 @@ def test_compact_writes_llm_summaries_of_old_notes(tmp_path):
         assert summ[0]["tags"]["notes"] == 2
         assert call(eng.search, '{"stream": "events"}')["count"] == 2  # notes stay
         again = call(eng.compact)  # nothing new to summarise
-        assert again["summaries"]["written"] == 0 and len(ChatHandler.requests) == 1
+        assert again["summaries"]["written"] == 0 and len(srv.requests) == 1
         eng.close()
-    finally:
-        server.shutdown()
 
 
 def test_markdown_is_the_record_of_notes(tmp_path):
