@@ -74,11 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         rclpy.try_shutdown()
         return 1
     server.trigger_activate()
-    nodes: list = [server]
+    extra = []
     if not args.no_recorder:
-        nodes.append(MemoryRecorder(engine=server.engine, parameter_overrides=overrides))
-    # Stop the recorder first so its last keyframes land before the engine closes.
-    spin_nodes(nodes[::-1])
+        # The recorder's callbacks on an executor of their own, single-threaded: they are
+        # cheap, and rclpy's multi-threaded executor lost messages at 5x replay speed.
+        from rclpy.executors import SingleThreadedExecutor
+
+        recorder = MemoryRecorder(engine=server.engine, parameter_overrides=overrides)
+        extra.append((SingleThreadedExecutor(), [recorder]))
+    spin_nodes([server], extra=extra)
     return 0
 
 

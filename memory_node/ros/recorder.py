@@ -367,7 +367,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory-recorder: could not start: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 1
-    spin_nodes([node])
+    # One thread for the callbacks: they are cheap (stamp, gate, enqueue) and the work runs on
+    # the worker; a multi-threaded executor spent most of its time in its own bookkeeping.
+    from rclpy.executors import SingleThreadedExecutor
+
+    spin_nodes([node], SingleThreadedExecutor())
     return 0
 
 

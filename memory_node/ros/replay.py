@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CLOCK_PERIOD_S = 0.01  # of bag time between /clock messages while waiting
+# /clock at 50 Hz of wall time, whatever the rate: every node with use_sim_time handles each
+# /clock message in its executor, and at 5x a per-message clock flooded them.
+CLOCK_PERIOD_S = 0.02
 
 
 class ReplayError(RuntimeError):
@@ -173,7 +175,8 @@ class Replayer:
                 for conn, _t, raw in reader.messages(connections=static, stop=start_ns):
                     self._publish(conn.topic, raw)
             wall0 = time.monotonic()
-            last_clock = None
+            last_clock_wall = -1.0
+            last_t_ns = start_ns
             n = 0
             try:
                 for conn, t_ns, raw in reader.messages(connections=conns, start=start_ns,
@@ -182,17 +185,16 @@ class Replayer:
                     # Keep /clock moving while waiting for the next message.
                     while True:
                         now = time.monotonic()
+                        if now - last_clock_wall >= CLOCK_PERIOD_S:
+                            bag_now = start_ns + int(min(now - wall0, due - wall0) * self.rate
+                                                     * 1e9)
+                            self._publish_clock(bag_now)
+                            last_clock_wall = now
                         if now >= due:
                             break
-                        if self.clock_pub is not None:
-                            bag_now = start_ns + int((now - wall0) * self.rate * 1e9)
-                            if last_clock is None or bag_now - last_clock >= CLOCK_PERIOD_S * 1e9:
-                                self._publish_clock(bag_now)
-                                last_clock = bag_now
-                        time.sleep(min(due - now, CLOCK_PERIOD_S / self.rate))
-                    self._publish_clock(t_ns)
-                    last_clock = t_ns
+                        time.sleep(min(due - now, CLOCK_PERIOD_S))
                     self._publish(conn.topic, raw)
+                    last_t_ns = t_ns
                     n += 1
                     if self.progress and n % 50 == 0:
                         el = (t_ns - start_ns) / 1e9
@@ -200,6 +202,7 @@ class Replayer:
                                          f"{self.info.duration_s:.1f} s, {n}/{total} messages, "
                                          f"loop {self.loops + 1}   ")
                         sys.stderr.flush()
+                self._publish_clock(last_t_ns)  # the pass ends at its last message's time
             except ReplayError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a truncated/corrupt chunk mid-way

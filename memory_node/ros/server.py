@@ -209,17 +209,32 @@ class MemoryServer(LifecycleNode):
         return response
 
 
-def spin_nodes(nodes: list, executor: MultiThreadedExecutor | None = None) -> None:
-    """Spin until SIGINT, then shut down cleanly (the index is persisted on the way out)."""
+def spin_nodes(nodes: list, executor: Any = None, *, extra: list | None = None) -> None:
+    """Spin until SIGINT, then shut down cleanly (the index is persisted on the way out).
+
+    `extra` is a list of (executor, nodes) spun on threads of their own, e.g. the recorder on a
+    single-threaded executor beside the server's multi-threaded one. Nodes are closed in
+    order: extra ones first, so the recorder's last keyframes land before the engine closes.
+    """
+    import threading
+
     executor = executor or MultiThreadedExecutor(num_threads=4)
     for n in nodes:
         executor.add_node(n)
+    groups = list(extra or [])
+    threads = []
+    for ex, ns in groups:
+        for n in ns:
+            ex.add_node(n)
+        th = threading.Thread(target=_spin_quietly, args=(ex,), daemon=True)
+        th.start()
+        threads.append(th)
     try:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        for n in nodes:
+        for n in [n for _, ns in groups for n in ns] + list(nodes):
             closer = getattr(n, "close_engine", None) or getattr(n, "close", None)
             if closer is not None:
                 try:
@@ -227,10 +242,24 @@ def spin_nodes(nodes: list, executor: MultiThreadedExecutor | None = None) -> No
                 except Exception as exc:  # noqa: BLE001
                     print(f"memory_node: error while closing {n.get_name()}: {exc}",
                           file=sys.stderr)
+        for ex, ns in groups:
+            ex.shutdown()
+            for n in ns:
+                n.destroy_node()
+        for n in nodes:
             n.destroy_node()
         executor.shutdown()
+        for th in threads:
+            th.join(timeout=5)
         if rclpy.ok():
             rclpy.try_shutdown()
+
+
+def _spin_quietly(executor: Any) -> None:
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

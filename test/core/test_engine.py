@@ -236,3 +236,43 @@ def test_closed_engine_answers_unavailable(tmp_path):
     eng = make_engine(tmp_path / "m")
     eng.close()
     assert call(eng.search, "x")["error"]["code"] == "unavailable"
+
+
+def test_schema_1_store_is_migrated_and_a_newer_one_refused(tmp_path):
+    import sqlite3
+
+    import numpy as np
+    from engine_support import minilm
+
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+
+    root = tmp_path / "old"
+    root.mkdir()
+    vec = minilm().embed_texts(["the red door"])[0]
+    db = sqlite3.connect(root / "memory.db")  # what schema 1 wrote: embeddings inline
+    db.executescript("""
+        CREATE TABLE observations (id INTEGER PRIMARY KEY AUTOINCREMENT, stream TEXT NOT NULL,
+          t REAL NOT NULL, x REAL, y REAL, z REAL, yaw REAL, frame TEXT,
+          pose_source TEXT NOT NULL DEFAULT 'none', tags TEXT NOT NULL DEFAULT '{}',
+          text TEXT NOT NULL DEFAULT '', ref TEXT, embedding BLOB, model_id TEXT,
+          note_key TEXT UNIQUE, created REAL NOT NULL);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, obs_id INTEGER NOT NULL,
+          op TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');""")
+    db.execute("INSERT INTO observations(stream, t, x, y, text, embedding, model_id, created)"
+               " VALUES ('camera', 1.0, 0, 0, 'the red door', ?, ?, 0)",
+               (np.asarray(vec, np.float32).tobytes(), minilm().model_id))
+    db.execute("INSERT INTO vector_log(obs_id, op) VALUES (1, 'add')")
+    db.commit()
+    db.close()
+    eng = make_engine(root)
+    res = call(eng.search, "a red door")
+    assert res["count"] == 1 and res["results"][0]["score"] > 0.9
+    eng.close()
+    st = SqliteObservationStore(root / "memory.db")
+    assert st.get_meta("schema_version") == "2"
+    st.set_meta("schema_version", "99")
+    st.close()
+    with pytest.raises(RuntimeError, match="newer than this memory_node"):
+        SqliteObservationStore(root / "memory.db")

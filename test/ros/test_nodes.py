@@ -163,16 +163,26 @@ def _lifecycle(node, ctx, name):
     assert change.wait_for_service(timeout_sec=30) and get.wait_for_service(timeout_sec=30)
     executor = SingleThreadedExecutor(context=ctx)
 
+    def answer(client, request, timeout, retry_s=None):
+        """The response; get_state is re-sent every retry_s (the response path of a freshly
+        discovered service may not be matched yet when the first request goes out)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            fut = client.call_async(request)
+            wait = min(retry_s or timeout, deadline - time.monotonic())
+            rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=wait)
+            if fut.done() and fut.result() is not None:
+                return fut.result()
+            client.remove_pending_request(fut)
+            assert retry_s and time.monotonic() < deadline, f"{client.srv_name}: no answer"
+
     def transition(tid):
-        fut = change.call_async(ChangeState.Request(transition=Transition(id=tid)))
-        rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=60)
-        return fut.result().success
+        return answer(change, ChangeState.Request(transition=Transition(id=tid)), 60).success
 
     def state():
-        fut = get.call_async(GetState.Request())
-        rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=30)
-        return fut.result().current_state.label
+        return answer(get, GetState.Request(), 30, retry_s=3).current_state.label
 
+    state()  # the response path works before any transition is requested
     return transition, state
 
 

@@ -93,6 +93,7 @@ class SqliteObservationStore(ObservationStore):
         self._w = self._connect(timeout_s)
         with self._wlock:
             self._w.executescript(_SCHEMA)
+            self._migrate()
             self._w.execute(
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (SCHEMA_VERSION,),
@@ -102,6 +103,33 @@ class SqliteObservationStore(ObservationStore):
                 (uuid.uuid4().hex,),
             )
         self._r = self._connect(timeout_s)
+
+    def _migrate(self) -> None:
+        """Bring an older memory.db to this schema; refuse one written by a newer version."""
+        row = self._w.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            return
+        version = int(row[0])
+        if version > int(SCHEMA_VERSION):
+            raise RuntimeError(
+                f"{self.path} has schema version {version}, newer than this memory_node "
+                f"understands ({SCHEMA_VERSION}): upgrade memory_node or use another directory")
+        if version == 1:
+            # Schema 1 kept embeddings inline in observations.embedding.
+            cols = {r[1] for r in self._w.execute("PRAGMA table_info(observations)")}
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                if "embedding" in cols:
+                    self._w.execute(
+                        "INSERT OR IGNORE INTO vectors(id, embedding) SELECT id, embedding"
+                        " FROM observations WHERE embedding IS NOT NULL")
+                    self._w.execute("UPDATE observations SET embedding = NULL")
+                self._w.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                                (SCHEMA_VERSION,))
+                self._w.execute("COMMIT")
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
 
     def _connect(self, timeout_s: float) -> sqlite3.Connection:
         conn = sqlite3.connect(
