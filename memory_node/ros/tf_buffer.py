@@ -359,7 +359,30 @@ class _DynamicEdge:
         return before.parent, before.transform.interpolate(after.transform, ratio)
 
 
-class TransformBuffer:
+class _BufferBase:
+    """What both backends derive from their own set_transform and lookup."""
+
+    def set_transforms(
+        self, transforms: Iterable[Any], authority: str = "", is_static: bool = False
+    ) -> int:
+        """Store a TFMessage's worth of edges; returns how many were accepted."""
+        return sum(self.set_transform(ts, authority, is_static) for ts in transforms)
+
+    def can_transform(
+        self,
+        target_frame: str,
+        source_frame: str,
+        stamp_s: float | None = 0.0,
+        tolerance_s: float = 0.0,
+    ) -> bool:
+        try:
+            self.lookup(target_frame, source_frame, stamp_s, tolerance_s)
+        except TransformError:
+            return False
+        return True
+
+
+class TransformBuffer(_BufferBase):
     """Thread-safe TF buffer (see the module docstring for the semantics).
 
     Fed from /tf and /tf_static callbacks with `set_transform`, read from worker threads with
@@ -422,12 +445,6 @@ class TransformBuffer:
                     )
             self._parents.add(parent)
         return True
-
-    def set_transforms(
-        self, transforms: Iterable[Any], authority: str = "", is_static: bool = False
-    ) -> int:
-        """Store a TFMessage's worth of edges; returns how many were accepted."""
-        return sum(self.set_transform(ts, authority, is_static) for ts in transforms)
 
     def _reject(self, reason: str) -> bool:
         with self._lock:
@@ -494,19 +511,6 @@ class TransformBuffer:
             else:
                 stamp = float(stamp_s)
             return self._walk(target, source, stamp, tolerance)
-
-    def can_transform(
-        self,
-        target_frame: str,
-        source_frame: str,
-        stamp_s: float | None = 0.0,
-        tolerance_s: float = 0.0,
-    ) -> bool:
-        try:
-            self.lookup(target_frame, source_frame, stamp_s, tolerance_s)
-        except TransformError:
-            return False
-        return True
 
     def latest_common_time(self, target_frame: str, source_frame: str) -> float | None:
         """The stamp a stamp-0 lookup uses; None when the path is static only (any time)."""
@@ -622,7 +626,7 @@ class TransformBuffer:
         raise self._not_connected(target, source)
 
 
-class Tf2RosBuffer:
+class Tf2RosBuffer(_BufferBase):
     """The same interface over tf2_ros.Buffer, for a robot's ROS install.
 
     tf2_ros cannot hold a sample past the edge of its data, so `tolerance_s` is emulated:
@@ -661,11 +665,6 @@ class Tf2RosBuffer:
         except (self._tf2_ros.TransformException, TypeError, ValueError, AttributeError):
             return False  # as ours: one bad edge must not break the /tf callback
         return True
-
-    def set_transforms(
-        self, transforms: Iterable[Any], authority: str = "", is_static: bool = False
-    ) -> int:
-        return sum(self.set_transform(ts, authority, is_static) for ts in transforms)
 
     def _time(self, stamp_s: float | None) -> Any:
         from rclpy.time import Time
@@ -715,19 +714,6 @@ class Tf2RosBuffer:
                 else:
                     lo = mid
             return self._lookup(target, source, hi)[0]
-
-    def can_transform(
-        self,
-        target_frame: str,
-        source_frame: str,
-        stamp_s: float | None = 0.0,
-        tolerance_s: float = 0.0,
-    ) -> bool:
-        try:
-            self.lookup(target_frame, source_frame, stamp_s, tolerance_s)
-        except TransformError:
-            return False
-        return True
 
     def clear(self) -> None:
         self._buffer.clear()
