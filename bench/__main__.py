@@ -41,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peers", default=None,
                    help="comma list of peers (sqlite-vec,chroma,milvus-lite,memsearch)")
     p.add_argument("--peer-scales", default="100k", help="scales the peers run at")
+    p.add_argument("--rebuild-max", default="100k",
+                   help="largest scale whose start-up rebuild is re-measured (the figure from "
+                   "the store's build is reported above it)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help="results directory")
     p.add_argument("--report", type=Path, default=None,
@@ -139,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                 lambda n=n, v=v, pq=pq, before=before: eb.section_prototypes(
                     n, args.seed, v, pq, log, before))
         if "footprint" in only:
-            run(f"footprint_{lab}", base,
-                lambda n=n, v=v: eb.section_footprint(n, args.seed, v, log))
+            rmax = parse_scale(args.rebuild_max)
+            run(f"footprint_{lab}", {**base, "rebuild_measured": n <= rmax},
+                lambda n=n, v=v, rmax=rmax: eb.section_footprint(n, args.seed, v, log, rmax))
     save_n = max([n for n in scales if n <= 100_000] or [min(scales)])
     if "save" in only:
         v = vectors_for(save_n, args.vectors, quick)

@@ -185,7 +185,7 @@ def section_query(n: int, seed: int, vectors: str, nq: int, raw_dir: Path,
                   "hnsw_m": cfg.hnsw_m, "ef_construction": cfg.hnsw_ef_construction,
                   "ef_search": cfg.hnsw_ef_search, "hnsw_min_rows": cfg.hnsw_min_rows,
                   "exact_gather_max": cfg.exact_gather_max,
-                  "indexes": eng.indexes.stats()},
+                  "indexes": eng.indexes.stats(), "effective_ef_search": _effective_ef(eng)},
         "kinds": {},
     }
     try:
@@ -254,7 +254,7 @@ def _ef_sweep(eng: Any, ds: Dataset, queries: list[dict[str, Any]]) -> list[dict
         return []
     reqs = [eng.parse_search(request_json("semantic", q)) for q in queries]
     refs = [brute_force(ds, "semantic", q)[0] for q in queries]
-    old = graphs[0]._hnsw.hnsw.efSearch
+    old = [g._hnsw.hnsw.efSearch for g in graphs]
     out = []
     try:
         for ef in (16, 32, 64, 128, 256):
@@ -269,8 +269,17 @@ def _ef_sweep(eng: Any, ds: Dataset, queries: list[dict[str, Any]]) -> list[dict
             out.append({"ef_search": ef, "typed_ms": percentiles(lat),
                         "recall_at_k": round(rec / len(reqs), 4)})
     finally:
-        for g in graphs:
-            g._hnsw.hnsw.efSearch = old
+        for g, ef in zip(graphs, old):
+            g._hnsw.hnsw.efSearch = ef
+    return out
+
+
+def _effective_ef(eng: Any) -> dict[str, int | None]:
+    """efSearch each stream's graph actually uses (the engine scales it with graph size)."""
+    out: dict[str, int | None] = {}
+    for key in eng.indexes.keys_for(None):
+        g = getattr(eng.indexes.get(key), "_hnsw", None)
+        out[key[1]] = None if g is None else int(g.hnsw.efSearch)
     return out
 
 

@@ -18,7 +18,9 @@ DESCRIPTIONS: dict[str, str] = {
         "the threads wait for each other, and a 5k-row product (the `events` stream, below "
         "`hnsw_min_rows`) took milliseconds instead of ~0.06 ms. Prototype: one BLAS thread for "
         "queries (`threadpoolctl.threadpool_limits(1, 'blas')` around scoring, or the library's "
-        "`set_num_threads(1)` at engine start), as faiss is already pinned to one OpenMP thread."),
+        "`set_num_threads(1)` at engine start), as faiss is already pinned to one OpenMP thread."
+        " Landed in core (a890afa, threadpoolctl): the before/after rows now differ by noise "
+        "only, which confirms it."),
 }
 
 

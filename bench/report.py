@@ -213,8 +213,11 @@ def write_report(out: Path, report: Path) -> None:
             if "index" in r:
                 ix = r["index"]
                 bf = r.get("brute_force_matvec_ms", {})
+                eff = ix.get("effective_ef_search") or {}
+                eff_txt = ", ".join(f"{k} {'exact' if v is None else v}" for k, v in eff.items())
                 add(f"- {scale_label(r['n'])}: index {ix['kind']}; HNSW M={ix['hnsw_m']}, "
-                    f"efConstruction={ix['ef_construction']}, efSearch={ix['ef_search']}, "
+                    f"efConstruction={ix['ef_construction']}, efSearch={ix['ef_search']} "
+                    f"configured ({eff_txt or 'no graphs'} in use), "
                     f"graph from {ix['hnsw_min_rows']} rows per stream; brute-force mat-vec + "
                     f"top-k over all rows p50 {_f(bf.get('p50'))} ms; {r['queries_per_kind']} "
                     f"queries per kind; section {r.get('wall_s')} s.")
