@@ -19,8 +19,8 @@ DESCRIPTIONS: dict[str, str] = {
         "`hnsw_min_rows`) took milliseconds instead of ~0.06 ms. Prototype: one BLAS thread for "
         "queries (`threadpoolctl.threadpool_limits(1, 'blas')` around scoring, or the library's "
         "`set_num_threads(1)` at engine start), as faiss is already pinned to one OpenMP thread."
-        " Landed in core (a890afa, threadpoolctl): the before/after rows now differ by noise "
-        "only, which confirms it."),
+        " Landed in core in a890afa (threadpoolctl); on a core that has it, before and after "
+        "differ by noise only."),
 }
 
 

@@ -375,13 +375,16 @@ def write_report(out: Path, report: Path) -> None:
                 continue
             add(f"| {scale_label(f['n'])} | {f['disk_db_mb']} | {f['disk_index_mb']} | "
                 f"{f['disk_per_100k_mb']} | {f['rss_per_100k_mb']} | "
-                f"{f['start_cache_load']['open_s']} | {f['start_rebuild']['open_s']} | "
+                f"{f['start_cache_load']['open_s']} | {f['start_rebuild']['open_s']}"
+                f"{' (from build.json)' if f['start_rebuild'].get('from_build_log') else ''} | "
                 f"{f['start_cache_load']['first_query_ms']} |")
         add("")
         add("Start-up is `MemoryEngine(...)` in a fresh process with a lookup embedder (model "
             "load excluded; see the embedding section); *rebuild* = `index/` deleted, so "
-            "vectors are read from memory.db and HNSW graphs rebuilt. RSS per 100k = RSS after "
-            "open minus RSS after imports, scaled.")
+            "vectors are read from memory.db and HNSW graphs rebuilt; *(from build.json)*: "
+            "not re-run in this invocation (`--rebuild-max 1M` re-measures it, minutes), the "
+            "figure recorded in the cached store's build.json, whose note says when and how it "
+            "was measured. RSS per 100k = RSS after open minus RSS after imports, scaled.")
     else:
         add("Not run.")
     add("")
