@@ -241,12 +241,9 @@ class MemoryEngine:
             self._streams_cache = set(self.config.streams) | self.store.stream_names()
         return self._streams_cache
 
-    def _stream_set(self) -> _StreamNames:
-        return _StreamNames(self)
-
     def parse_search(self, query: str) -> SearchRequest:
         cfg = self.config
-        req = parse_search(query, now=self.clock(), known_streams=self._stream_set(),
+        req = parse_search(query, now=self.clock(), known_streams=_StreamNames(self),
                            k_default=cfg.k_default, k_max=cfg.k_max,
                            max_bytes=cfg.max_query_bytes)
         if req.near_here:

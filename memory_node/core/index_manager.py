@@ -14,7 +14,6 @@ import re
 import shutil
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -230,6 +229,3 @@ class IndexManager:
         self.persist()
         return True
 
-
-def index_dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).glob("*") if p.is_file())

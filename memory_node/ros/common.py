@@ -12,7 +12,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from memory_node.core.config import MemoryConfig
 from memory_node.core.types import Pose
-from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
+from memory_node.ros.geometry import yaw_from_quaternion
 from memory_node.ros.tf_buffer import Transform, TransformError, make_tf_buffer
 
 # Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
@@ -75,7 +75,6 @@ class PoseTracker:
             self.buffer.max_gap_s = max_gap_s
         self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
         self._odom: Pose | None = None
-        self._odom_t: float | None = None
         self._lock = threading.Lock()
         node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS,
                                  callback_group=callback_group)
@@ -102,7 +101,7 @@ class PoseTracker:
         pose = Pose(p.x, p.y, p.z, yaw_from_quaternion(q.x, q.y, q.z, q.w),
                     msg.header.frame_id or "odom", "odom")
         with self._lock:
-            self._odom, self._odom_t = pose, stamp_to_seconds(msg.header.stamp)
+            self._odom = pose
 
     def latest_odom(self) -> Pose | None:
         """The latest odometry pose, in the world frame through the latest world ← odom

@@ -334,11 +334,9 @@ class MemoryRecorder(Node):
         """Wait until every enqueued keyframe is stored (used at shutdown and by tests)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0 or self._queue.empty():
-                busy = sum(c.kept for c in self.counters.values()) - sum(
-                    c.stored + c.failed for c in self.counters.values())
-                if busy <= 0:
-                    return True
+            kept = sum(c.kept for c in self.counters.values())
+            if kept <= sum(c.stored + c.failed for c in self.counters.values()):
+                return True
             time.sleep(0.05)
         return False
 

@@ -416,24 +416,11 @@ class SqliteObservationStore(ObservationStore):
             ).fetchall()
         return {r[0] for r in rows}
 
-    def find_by_note_key(self, key: str) -> Observation | None:
-        with self._rlock:
-            r = self._r.execute(
-                f"SELECT {_COLUMNS} FROM observations WHERE note_key=?", (key,)
-            ).fetchone()
-        return None if r is None else self._row(r)
-
     def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Observation]:
         """Rows matching a raw SQL condition (internal callers only: compaction)."""
         sql = f"SELECT {_COLUMNS} FROM observations {('WHERE ' + where) if where else ''}"
         with self._rlock:
             return [self._row(r) for r in self._r.execute(sql + " ORDER BY id", list(params))]
-
-    def vector_of(self, obs_id: int) -> np.ndarray | None:
-        with self._rlock:
-            r = self._r.execute("SELECT embedding FROM vectors WHERE id=?",
-                                (obs_id,)).fetchone()
-        return None if r is None or r[0] is None else np.frombuffer(r[0], dtype=np.float32)
 
     def stream_stats(self) -> list[dict]:
         with self._rlock:
