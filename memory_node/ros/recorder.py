@@ -31,8 +31,8 @@ from memory_node.ros.common import (
     declare_engine_params,
     engine_config_from_params,
     node_now,
-    stamp_to_seconds,
 )
+from memory_node.ros.geometry import stamp_to_seconds
 
 STREAMS = ("camera", "lidar", "odom")
 
