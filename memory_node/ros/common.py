@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from rclpy.node import Node
@@ -12,7 +15,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from memory_node.core.config import MemoryConfig
 from memory_node.core.types import Pose
-from memory_node.ros.geometry import yaw_from_quaternion
+from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
 from memory_node.ros.tf_buffer import Transform, TransformError, make_tf_buffer
 
 # Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
@@ -55,10 +58,16 @@ def engine_config_from_params(node: Node) -> MemoryConfig:
     return MemoryConfig.from_mapping(values)
 
 
-class PoseTracker:
-    """The robot's world pose from TF (world ← base), with the latest odometry as fallback.
+# Odometry samples kept for looking a pose up at a message stamp (a few seconds at 50 Hz).
+ODOM_HISTORY = 500
 
-    Uses tf2_ros on a robot's own ROS install, the package's TF buffer elsewhere.
+
+class PoseTracker:
+    """The robot's world pose from TF (world ← base), with odometry as fallback.
+
+    Uses tf2_ros on a robot's own ROS install, the package's TF buffer elsewhere. Odometry is
+    kept as a short history so the fallback pose is the one at a message's stamp (the latest
+    odometry for a stamp newer than all of it), not whatever arrived last.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
@@ -74,7 +83,9 @@ class PoseTracker:
         if max_gap_s is not None and hasattr(self.buffer, "max_gap_s"):
             self.buffer.max_gap_s = max_gap_s
         self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
-        self._odom: Pose | None = None
+        self._odom: deque[tuple[float, Pose]] = deque(maxlen=ODOM_HISTORY)
+        self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)
+        self.odom_max_gap_s = max_gap_s
         self._lock = threading.Lock()
         node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS,
                                  callback_group=callback_group)
@@ -98,24 +109,66 @@ class PoseTracker:
 
     def on_odom(self, msg: Any) -> None:
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
+        t = stamp_to_seconds(msg.header.stamp)
         pose = Pose(p.x, p.y, p.z, yaw_from_quaternion(q.x, q.y, q.z, q.w),
                     msg.header.frame_id or "odom", "odom")
+        if not all(math.isfinite(v) for v in (t, pose.x, pose.y, pose.z, pose.yaw)):
+            return  # a NaN pose would poison every fallback after it
         with self._lock:
-            self._odom = pose
+            if self._odom_t and t < self._odom_t[-1]:
+                if t < self._odom_t[-1] - 1.0:  # time jumped back (a looping bag): start over
+                    self._odom.clear()
+                    self._odom_t.clear()
+                else:
+                    return  # out of order: keep the history sorted
+            self._odom.append((t, pose))
+            self._odom_t.append(t)
 
-    def latest_odom(self) -> Pose | None:
-        """The latest odometry pose, in the world frame through the latest world ← odom
-        transform when one is known (source "odom" either way), else in its own frame."""
+    def odom_at(self, stamp_s: float | None) -> Pose | None:
+        """Odometry (in its own frame) at the stamp: interpolated between the samples around
+        it, the latest for a newer stamp (or None given), the oldest for an older one."""
         with self._lock:
-            odom = self._odom
+            if not self._odom:
+                return None
+            if stamp_s is None or stamp_s >= self._odom_t[-1]:
+                return self._odom[-1][1]
+            i = bisect.bisect_left(self._odom_t, stamp_s)
+            if i == 0:
+                return self._odom[0][1]
+            (t0, a), (t1, b) = self._odom[i - 1], self._odom[i]
+        if a.frame != b.frame or (self.odom_max_gap_s is not None
+                                  and t1 - t0 > self.odom_max_gap_s):
+            return a if stamp_s - t0 <= t1 - stamp_s else b  # no pose invented across a gap
+        r = (stamp_s - t0) / (t1 - t0) if t1 > t0 else 0.0
+        dyaw = math.atan2(math.sin(b.yaw - a.yaw), math.cos(b.yaw - a.yaw))
+        return Pose(a.x + r * (b.x - a.x), a.y + r * (b.y - a.y), a.z + r * (b.z - a.z),
+                    math.atan2(math.sin(a.yaw + r * dyaw), math.cos(a.yaw + r * dyaw)),
+                    a.frame, "odom")
+
+    def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
+        """Odometry at the stamp in the world frame, through world ← odom at that stamp (the
+        latest one when TF has none there); in odometry's own frame when TF has no world ←
+        odom at all. Source "odom" either way."""
+        odom = self.odom_at(stamp_s)
         if odom is None:
             return None
-        try:
-            world_odom = self.buffer.lookup(self.world_frame, odom.frame, 0.0)
-        except TransformError:
+        world_odom = None
+        for stamp, tol in ((stamp_s, self.tolerance_s), (0.0, 0.0)):
+            if stamp is None:
+                continue
+            try:
+                world_odom = self.buffer.lookup(self.world_frame, odom.frame, stamp, tol)
+                break
+            except TransformError:
+                continue
+        if world_odom is None:
             return odom
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
         return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
+
+    def latest_odom(self) -> Pose | None:
+        """The latest odometry pose in the world frame (see odom_pose_at)."""
+        return self.odom_pose_at(None)
 
     def tf_pose_at(self, stamp_s: float | None, exact: bool = False) -> Pose | None:
         """TF world ← base at the stamp (within the tolerance unless `exact`), or None."""
@@ -127,8 +180,8 @@ class PoseTracker:
         return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
 
     def pose_at(self, stamp_s: float | None) -> Pose | None:
-        """TF at the stamp (within the tolerance) → latest odometry → None."""
-        return self.tf_pose_at(stamp_s) or self.latest_odom()
+        """TF at the stamp (within the tolerance) → odometry at the stamp → None."""
+        return self.tf_pose_at(stamp_s) or self.odom_pose_at(stamp_s)
 
     def current_pose(self) -> Pose | None:
         return self.pose_at(None)

@@ -1,9 +1,13 @@
 """The recorder: camera, lidar and odometry in; keyframes with a world pose out to memory.
 
-Subscription callbacks only stamp, gate and enqueue; decoding, describing, embedding and
-writing happen on a worker thread behind a bounded queue (full → the frame is dropped and
-counted). Pose: TF world ← base at the message stamp within `tf_tolerance_s`, else the latest
-odometry pose, else none.
+Three stages, each on its own thread, joined by bounded queues (full → the message is dropped
+and counted):
+1. subscription callbacks only stamp and enqueue;
+2. the gate thread resolves each message's pose — TF world ← base exactly at its stamp, waiting
+   up to `tf_wait_s` for a transform that arrives after the message, else odometry at the stamp,
+   else none — and keeps a keyframe when that pose moved or turned enough, so the spacing of
+   stored keyframes is the spacing of their stored poses, however late TF runs;
+3. the worker decodes, describes, embeds and writes the keyframes.
 """
 
 from __future__ import annotations
@@ -114,10 +118,10 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
 class Job:
     stream: str
     t: float
-    pose: Pose | None
     msg: Any
     kind: str = ""
     enqueued: float = field(default_factory=time.monotonic)
+    pose: Pose | None = None
 
 
 class MemoryRecorder(Node):
@@ -142,6 +146,9 @@ class MemoryRecorder(Node):
         p("min_view_interval", 1.0)
         p("lidar_voxel", 0.1)
         p("queue_size", 16)
+        # Messages waiting for their pose and the gate (references, not copies): enough for
+        # tf_wait_s of every sensor at full rate.
+        p("pending_size", 256)
         p("batch_size", 4)
         p("sensor_reliability", "best_effort")
         p("stats_period_s", 5.0)
@@ -169,7 +176,10 @@ class MemoryRecorder(Node):
         self.voxel = float(g("lidar_voxel").value)
         self.batch_size = max(1, int(g("batch_size").value))
         self.tf_wait_s = float(g("tf_wait_s").value)
+        self._pending: queue.Queue[Job | None] = queue.Queue(
+            maxsize=max(1, int(g("pending_size").value)))
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=int(g("queue_size").value))
+        self._tf_stalled_at: float | None = None  # last_tf_wall when a TF wait last ran out
         self._lock = threading.Lock()
         self._last_stamp: float | None = None
         cb = MutuallyExclusiveCallbackGroup()
@@ -203,8 +213,11 @@ class MemoryRecorder(Node):
         self.create_timer(float(g("stats_period_s").value), self._publish_stats)
         self._started = time.monotonic()
         self._stop = threading.Event()
+        self._gate_thread = threading.Thread(target=self._gate_loop, name="memory-recorder-gate",
+                                             daemon=True)
         self._worker = threading.Thread(target=self._work, name="memory-recorder-worker",
                                         daemon=True)
+        self._gate_thread.start()
         self._worker.start()
         self.get_logger().info(
             f"recording {g('camera_topic').value if not g('use_compressed').value else g('compressed_topic').value}, "  # noqa: E501
@@ -229,22 +242,72 @@ class MemoryRecorder(Node):
     def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
         c = self.counters[stream]
         c.received += 1
-        t = stamp_to_seconds(msg.header.stamp)
-        gate = self.gates[stream]
-        view = view_thumbnail(msg, kind) if stream == "camera" and gate.min_view_change else None
         with self._lock:
             self._check_time()
-            pose = self.poses.pose_at(t)
-            if pose is None:
-                c.no_pose += 1
-            if not gate.admit(t, pose, view):
-                c.skipped += 1
-                return
         try:
-            self._queue.put_nowait(Job(stream, t, pose, msg, kind))
+            self._pending.put_nowait(Job(stream, stamp_to_seconds(msg.header.stamp), msg, kind))
+        except queue.Full:
+            c.dropped += 1
+
+    # ---- gate -------------------------------------------------------------------------------
+    def _gate_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._pending.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if job is None:
+                break
+            try:
+                self._gate(job)
+            except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
+                self.counters[job.stream].failed += 1
+                self.get_logger().warning(f"{job.stream} message at {job.t:.3f} not gated: {exc}")
+
+    def _gate(self, job: Job) -> None:
+        c = self.counters[job.stream]
+        gate = self.gates[job.stream]
+        job.pose = self._resolve_pose(job)
+        if job.pose is None:
+            c.no_pose += 1
+        view = (view_thumbnail(job.msg, job.kind)
+                if job.stream == "camera" and gate.min_view_change else None)
+        with self._lock:
+            admitted = gate.admit(job.t, job.pose, view)
+        if not admitted:
+            c.skipped += 1
+            return
+        try:
+            self._queue.put_nowait(job)
             c.kept += 1
         except queue.Full:
             c.dropped += 1
+
+    def _resolve_pose(self, job: Job) -> Pose | None:
+        """The pose to store: TF exactly at the message stamp, waiting briefly for a late
+        transform; else TF within the tolerance; else odometry at the stamp; else None."""
+        deadline = job.enqueued + self.tf_wait_s
+        while self._tf_expected():
+            pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
+            if pose is not None:
+                return pose
+            if time.monotonic() >= deadline:
+                # TF did not come in time; until another transform arrives, later messages
+                # take the fallback at once instead of each waiting out its own tf_wait_s.
+                self._tf_stalled_at = self.poses.last_tf_wall
+                break
+            time.sleep(0.01)
+        return self.poses.pose_at(job.t)
+
+    def _tf_expected(self) -> bool:
+        """Whether a transform for a recent stamp may still come: TF arrived lately and not
+        only before a wait that ran out, or the recorder just started (the /tf subscription
+        may match after the sensors')."""
+        now = time.monotonic()
+        last = self.poses.last_tf_wall
+        if last is not None and last == self._tf_stalled_at:
+            return False
+        return (last is not None and now - last < 5.0) or now - self._started < 5.0
 
     # ---- worker -----------------------------------------------------------------------------
     def _work(self) -> None:
@@ -271,7 +334,6 @@ class MemoryRecorder(Node):
                     jobs.append(nxt)
             frames: list[CameraFrame] = []
             for j in jobs:
-                j.pose = self._resolve_pose(j)
                 try:
                     if j.stream == "camera":
                         img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
@@ -297,29 +359,9 @@ class MemoryRecorder(Node):
                     self.counters["camera"].failed += len(frames)
                     self.get_logger().warning(f"{len(frames)} camera frame(s) not stored: {exc}")
 
-    def _resolve_pose(self, job: Job) -> Pose | None:
-        """The pose to store: TF at the message stamp, waiting briefly for a late transform;
-        else what the callback had (the latest odometry, or none)."""
-        deadline = job.enqueued + self.tf_wait_s
-        while self._tf_expected():
-            pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
-            if pose is not None:
-                return pose
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.02)
-        return self.poses.tf_pose_at(job.t) or job.pose
-
-    def _tf_expected(self) -> bool:
-        """Whether a transform for a recent stamp may still come: TF arrived lately, or the
-        recorder just started (the /tf subscription may match after the sensors')."""
-        now = time.monotonic()
-        last = self.poses.last_tf_wall
-        return (last is not None and now - last < 5.0) or now - self._started < 5.0
-
     def stats(self) -> dict[str, Any]:
         return {s: c.__dict__.copy() for s, c in self.counters.items()} | {
-            "queue": self._queue.qsize()}
+            "queue": self._queue.qsize(), "pending": self._pending.qsize()}
 
     def _publish_stats(self) -> None:
         self.stats_pub.publish(String(data=json.dumps(self.stats())))
@@ -331,11 +373,12 @@ class MemoryRecorder(Node):
                 c["odom"].kept, c["odom"].skipped, c["odom"].dropped))
 
     def drain(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every enqueued keyframe is stored (used at shutdown and by tests)."""
+        """Wait until every received message is gated and every keyframe stored (used at
+        shutdown and by tests)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            kept = sum(c.kept for c in self.counters.values())
-            if kept <= sum(c.stored + c.failed for c in self.counters.values()):
+            if all(c.received <= c.skipped + c.dropped + c.stored + c.failed
+                   and c.kept <= c.stored + c.failed for c in self.counters.values()):
                 return True
             time.sleep(0.05)
         return False
@@ -343,10 +386,12 @@ class MemoryRecorder(Node):
     def close(self) -> None:
         self.drain(10.0)
         self._stop.set()
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:
-            pass
+        for q in (self._pending, self._queue):
+            try:
+                q.put_nowait(None)
+            except queue.Full:
+                pass
+        self._gate_thread.join(timeout=5.0)
         self._worker.join(timeout=5.0)
         self.get_logger().info("recorder stopped: " + json.dumps(self.stats()))
         if self._own_engine:

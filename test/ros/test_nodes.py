@@ -157,6 +157,42 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
     assert proc.poll() is None
 
 
+def test_keyframes_gated_on_their_stored_pose_when_tf_comes_in_bursts(ros, ros_process,
+                                                                      tmp_path):
+    """TF that lags the sensors irregularly (here: in bursts of half a second, as from a busy
+    localiser) still gives every keyframe its exact TF pose, and the gate spaces keyframes by
+    those stored poses, not by whatever TF had arrived when the frame did."""
+    ctx, caller, node = ros
+    proc = ros_process(["-m", "memory_node.ros.main", "--memory-dir", str(tmp_path / "mem"),
+                        "--ros-args", "-p", "min_distance:=0.5", "-p", "max_interval:=100.0",
+                        "-p", "min_yaw:=3.0", "-p", "min_view_change:=0.0"])
+    proc.wait_for_line("recording", timeout=60)
+    reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    tf_pub = node.create_publisher(TFMessage, "/tf", reliable)
+    img_pub = node.create_publisher(Image, "/camera/image_raw", reliable)
+    _wait_subscribed([tf_pub, img_pub])
+    t0 = time.time()
+    held: list[TransformStamped] = []
+    for i in range(61):  # 6 m in 6 s at 10 Hz; TF flushed every 5 frames, after them
+        t = t0 + i * 0.1
+        img_pub.publish(bgr_to_image_msg(np.full((48, 64, 3), 100, np.uint8), "rgb8",
+                                         "camera", t))
+        held += [_tf("map", "base_link", 0.1 * i, -1.0, 0.0, t)]
+        if i % 5 == 4 or i == 60:
+            tf_pub.publish(TFMessage(transforms=held))
+            held = []
+        time.sleep(0.1)
+    time.sleep(2.0)
+    rows = call(caller, "search", '{"stream": "camera", "k": 100, "order_by": "time"}')["results"]
+    xs = [r["pose"]["x"] for r in rows]
+    assert all(r["pose"]["source"] == "tf" for r in rows), rows
+    for r in rows:  # the pose published for that very stamp
+        assert r["pose"]["x"] == pytest.approx(round((r["t"] - t0) / 0.1) * 0.1, abs=0.01)
+        assert r["pose"]["y"] == pytest.approx(-1.0)
+    assert 11 <= len(rows) <= 13, xs  # 0, 0.5, ..., 6.0
+    assert all(b - a >= 0.5 - 0.01 for a, b in zip(xs, xs[1:])), xs
+
+
 def _lifecycle(node, ctx, name):
     change = node.create_client(ChangeState, f"/{name}/change_state")
     get = node.create_client(GetState, f"/{name}/get_state")

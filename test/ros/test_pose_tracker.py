@@ -1,0 +1,76 @@
+"""The pose tracker's odometry fallback: the pose at a message's stamp, in the world frame."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import rclpy
+from geometry_msgs.msg import TransformStamped
+from nav_msgs.msg import Odometry
+
+from memory_node.ros.common import PoseTracker
+from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
+
+
+@pytest.fixture
+def tracker():
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("test_pose_tracker", context=ctx)
+    yield PoseTracker(node, "map", "base_link", None, tolerance_s=0.5, max_gap_s=1.0)
+    node.destroy_node()
+    rclpy.shutdown(context=ctx)
+
+
+def _odom(x, y, yaw, t):
+    m = Odometry()
+    m.header.frame_id = "odom"
+    m.header.stamp = seconds_to_stamp(t)
+    m.pose.pose.position.x, m.pose.pose.position.y = float(x), float(y)
+    q = quaternion_from_yaw(yaw)
+    o = m.pose.pose.orientation
+    o.x, o.y, o.z, o.w = q
+    return m
+
+
+def _map_odom(x, y, t):
+    ts = TransformStamped()
+    ts.header.frame_id, ts.child_frame_id = "map", "odom"
+    ts.header.stamp = seconds_to_stamp(t)
+    ts.transform.translation.x, ts.transform.translation.y = float(x), float(y)
+    ts.transform.rotation.w = 1.0
+    return ts
+
+
+def test_odometry_at_the_stamp_not_the_latest(tracker):
+    for i in range(11):  # 1 m/s along +x, 10 Hz, turning from 0 to 1 rad
+        tracker.on_odom(_odom(0.1 * i, 0.0, 0.1 * i, 100.0 + 0.1 * i))
+    p = tracker.odom_pose_at(100.25)
+    assert p.source == "odom" and p.frame == "odom"  # no map -> odom known yet
+    assert p.x == pytest.approx(0.25) and p.yaw == pytest.approx(0.25)
+    assert tracker.odom_pose_at(200.0).x == pytest.approx(1.0)  # newer: the latest
+    assert tracker.odom_pose_at(None).x == pytest.approx(1.0)
+    assert tracker.odom_pose_at(50.0).x == pytest.approx(0.0)  # older: the oldest
+
+
+def test_odometry_put_in_the_world_through_map_odom_at_the_stamp(tracker):
+    for i in range(11):
+        tracker.on_odom(_odom(0.1 * i, 0.0, 0.0, 100.0 + 0.1 * i))
+    tracker.buffer.set_transform(_map_odom(1.0, 2.0, 100.0), "tf", False)
+    tracker.buffer.set_transform(_map_odom(5.0, 2.0, 101.0), "tf", False)  # relocalised
+    early = tracker.odom_pose_at(100.2)
+    assert (early.frame, early.source) == ("map", "odom")
+    assert early.x == pytest.approx(0.2 + 1.0 + 0.2 * 4.0) and early.y == pytest.approx(2.0)
+    assert tracker.pose_at(100.2) == early  # no map -> base_link TF: odometry it is
+
+
+def test_no_pose_invented_across_an_odometry_gap_and_bad_samples_ignored(tracker):
+    tracker.on_odom(_odom(0.0, 0.0, 0.0, 100.0))
+    tracker.on_odom(_odom(10.0, 0.0, 0.0, 105.0))  # 5 s of lost odometry
+    assert tracker.odom_pose_at(101.0).x == 0.0 and tracker.odom_pose_at(104.5).x == 10.0
+    tracker.on_odom(_odom(math.nan, 0.0, 0.0, 105.1))
+    tracker.on_odom(_odom(7.0, 0.0, 0.0, 104.9))  # out of order
+    assert tracker.odom_pose_at(None).x == 10.0
+    tracker.on_odom(_odom(-3.0, 0.0, 0.0, 10.0))  # time jumped back: history starts over
+    assert tracker.odom_pose_at(104.0).x == -3.0
