@@ -43,11 +43,15 @@ class MemoryConfig:
     # Planner: exact scoring of candidate sets up to this size by gathering their vectors;
     # larger sets are scored by one matrix-vector product over the whole stream, then masked.
     exact_gather_max: int = 20000
-    # Unfiltered semantic search over a stream with at least this many vectors uses HNSW.
+    # Unfiltered semantic search over a stream with at least this many vectors uses HNSW
+    # (efSearch doubled above 200k vectors). Storage "sq8": 8-bit codes in the graph, its best
+    # hnsw_rerank candidates re-scored with the float vectors; "flat": float copies.
     hnsw_min_rows: int = 20000
-    hnsw_m: int = 32
-    hnsw_ef_construction: int = 80
+    hnsw_m: int = 48
+    hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
+    hnsw_storage: str = "sq8"
+    hnsw_rerank: int = 40
     index_persist_interval_s: float = 300.0
     # Near-duplicate notes (same meaning, same place, within a window) are folded on save.
     note_fold_similarity: float = 0.9
@@ -110,6 +114,12 @@ class MemoryConfig:
         for s in self.streams:
             if not s or not all(c.isalnum() or c in "_-" for c in s):
                 raise ConfigError(f"stream name {s!r} must be letters, digits, '_' or '-'")
+        if self.hnsw_storage not in ("sq8", "flat"):
+            raise ConfigError("hnsw_storage must be 'sq8' or 'flat'")
+        if min(self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search,
+               self.hnsw_rerank) < 1:
+            raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
+                              "must be >= 1")
         if self.image_embedder not in ("", "clip"):
             raise ConfigError("image_embedder must be '' (describe + text model) or 'clip'")
 

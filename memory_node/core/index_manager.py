@@ -52,7 +52,8 @@ class IndexManager:
         c = self.config
         return make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                           ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
-                          gather_max=c.exact_gather_max)
+                          gather_max=c.exact_gather_max, storage=c.hnsw_storage,
+                          rerank=c.hnsw_rerank)
 
     def keys_for(self, streams: tuple[str, ...] | None) -> list[Key]:
         with self._lock:

@@ -22,13 +22,19 @@ def _brute(ids, vecs, q, k, allowed=None):
     return top_k(ids, vecs @ q, k)
 
 
-def _make(kind: str):
+# Every kind, and HNSW with each storage of its graph (8-bit codes re-scored, float copies).
+KINDS = [*INDEX_KINDS, "hnsw-flat"]
+
+
+def _make(kind: str, **extra):
     # HNSW with a tiny threshold so its graph is really used for unrestricted searches.
-    opts = {"min_rows": 50, "ef_search": 256} if kind == "hnsw" else {}
-    return make_index(kind, DIM, **opts)
+    if kind.startswith("hnsw"):
+        storage = "flat" if kind == "hnsw-flat" else "sq8"
+        return make_index("hnsw", DIM, min_rows=50, ef_search=256, storage=storage, **extra)
+    return make_index(kind, DIM)
 
 
-@pytest.mark.parametrize("kind", INDEX_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_restricted_search_is_exact(kind):
     rng = np.random.default_rng(1)
     ids = np.arange(10, 1010, dtype=np.int64)
@@ -45,7 +51,7 @@ def test_restricted_search_is_exact(kind):
         np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", INDEX_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_unrestricted_search_recall(kind):
     rng = np.random.default_rng(2)
     ids = np.arange(2000, dtype=np.int64)
@@ -62,7 +68,7 @@ def test_unrestricted_search_recall(kind):
     assert recall == 1.0 if idx.exact else recall >= 0.95
 
 
-@pytest.mark.parametrize("kind", INDEX_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_remove_and_readd(kind):
     rng = np.random.default_rng(3)
     ids = np.arange(200, dtype=np.int64)
@@ -79,7 +85,7 @@ def test_remove_and_readd(kind):
     assert len(idx) == 200
 
 
-@pytest.mark.parametrize("kind", INDEX_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_edge_cases(kind):
     idx = _make(kind)
     q = np.ones(DIM, np.float32) / 4
@@ -91,6 +97,48 @@ def test_edge_cases(kind):
     assert idx.search(q, 10)[0].tolist() == [1, 2]
     with pytest.raises(ValueError, match="dimension"):
         idx.add(np.array([3]), np.ones((1, DIM + 1), np.float32))
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "hnsw-flat"])
+def test_saved_graph_reused_only_with_the_same_settings(kind, tmp_path):
+    rng = np.random.default_rng(4)
+    ids = np.arange(1000, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    built = _make(kind)
+    built.add(ids, vecs)
+    q = vecs[3]
+    want = built.search(q, 5)
+    assert built.save_graph(tmp_path / "g.hnsw")
+    same = _make(kind)
+    same.add(ids, vecs)
+    assert same.load_graph(tmp_path / "g.hnsw") and not same.exact
+    got = same.search(q, 5)
+    assert got[0].tolist() == want[0].tolist()
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    other_m = _make(kind, m=16)  # built with other settings: rebuilt, never adopted
+    other_m.add(ids, vecs)
+    assert not other_m.load_graph(tmp_path / "g.hnsw")
+    other_storage = _make("hnsw-flat" if kind == "hnsw" else "hnsw")
+    other_storage.add(ids, vecs)
+    assert not other_storage.load_graph(tmp_path / "g.hnsw")
+    assert other_storage.search(q, 5)[0].tolist() == want[0].tolist()
+
+
+def test_eight_bit_graph_scores_are_exact_after_rescoring():
+    rng = np.random.default_rng(5)
+    ids = np.arange(3000, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    idx = _make("hnsw")
+    idx.add(ids, vecs)
+    for _ in range(10):
+        q = _unit(rng, 1)[0]
+        got, scores = idx.search(q, 5)
+        np.testing.assert_allclose(scores, vecs[got] @ q, rtol=1e-6)
+
+
+def test_unknown_hnsw_storage():
+    with pytest.raises(ValueError, match="unknown HNSW storage"):
+        make_index("hnsw", 4, storage="pq")
 
 
 def test_ties_break_by_newest_id():
