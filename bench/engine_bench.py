@@ -180,8 +180,11 @@ def section_query(n: int, seed: int, vectors: str, nq: int, raw_dir: Path,
     out: dict[str, Any] = {
         "n": n, "vectors": vectors, "queries_per_kind": nq, "k": K, "radius_m": RADIUS,
         "window_s": WINDOW_S,
-        "index": {"kind": "per-stream HNSW (faiss IndexHNSWFlat, inner product) for unfiltered"
-                          " search, exact numpy scoring of filtered candidates",
+        "index": {"kind": ("per-stream HNSW (faiss IndexHNSWSQ 8-bit, inner product, best "
+                           f"{cfg.hnsw_rerank} re-scored exactly)" if cfg.hnsw_storage == "sq8"
+                           else "per-stream HNSW (faiss IndexHNSWFlat, inner product)")
+                          + " for unfiltered search, exact numpy scoring of filtered candidates",
+                  "hnsw_storage": cfg.hnsw_storage, "hnsw_rerank": cfg.hnsw_rerank,
                   "hnsw_m": cfg.hnsw_m, "ef_construction": cfg.hnsw_ef_construction,
                   "ef_search": cfg.hnsw_ef_search, "hnsw_min_rows": cfg.hnsw_min_rows,
                   "exact_gather_max": cfg.exact_gather_max,

@@ -292,6 +292,7 @@ def build_store(n: int, seed: int, vectors_kind: str, log=print) -> Path:  # noq
 
     d = store_dir(n, seed, vectors_kind)
     if (d / "complete").exists():
+        _refresh_index(d, log)
         return d
     if d.exists():
         shutil.rmtree(d)
@@ -330,11 +331,39 @@ def build_store(n: int, seed: int, vectors_kind: str, log=print) -> Path:  # noq
     rebuild_s = time.perf_counter() - t2
     log(f"  index built and persisted in {rebuild_s:.1f} s")
     save_arrays(ds, d)
+    (d / "index_settings.json").write_text(json.dumps(_index_settings()))
     (d / "build.json").write_text(json.dumps({
         "insert_s": round(t2 - t1, 1), "rebuild_and_persist_s": round(rebuild_s, 1),
         "note": "measured when this cached store was built"}))
     (d / "complete").write_text(f"{time.time()}\n")
     return d
+
+
+def _index_settings() -> dict[str, object]:
+    from memory_node.core.config import MemoryConfig
+
+    c = MemoryConfig()
+    return {"m": c.hnsw_m, "ef_construction": c.hnsw_ef_construction,
+            "storage": c.hnsw_storage, "min_rows": c.hnsw_min_rows}
+
+
+def _refresh_index(d: Path, log=print) -> None:  # noqa: ANN001
+    """A cached store whose index/ was persisted with other HNSW settings gets its graphs
+    rebuilt and persisted once, instead of in every section that opens it."""
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.engine import MemoryEngine
+
+    marker = d / "index_settings.json"
+    want = _index_settings()
+    if marker.exists() and json.loads(marker.read_text()) == want:
+        return
+    ds_model = (d / "model_id").read_text().strip()
+    t0 = time.perf_counter()
+    cfg = MemoryConfig.from_mapping({"memory_dir": str(d / "memory")})
+    eng = MemoryEngine(cfg, text_embedder=LookupEmbedder(ds_model), llm_settings=None)
+    eng.close()  # persists the index
+    log(f"  index of {d.name} refreshed for {want} in {time.perf_counter() - t0:.1f} s")
+    marker.write_text(json.dumps(want))
 
 
 def copy_store(src: Path, dst: Path, with_index: bool = True) -> Path:
