@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import prototypes
 from bench.common import scale_label
 
 SECTION_TITLES = {
@@ -70,7 +71,7 @@ def bars(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 "recall_at_k": None} if a else None
 
     for n, comb_p50, comb_p99, sem_p50 in ((100_000, 0.5, 2.0, 2.0), (1_000_000, 5.0, None, 15.0)):
-        for variant in ("as is", "with prototyped fixes"):
+        for variant in ("as is", "with prototyped fixes") if prototypes.pending() else ("as is",):
             _bar_rows(rows, n, comb_p50, comb_p99, sem_p50, variant,
                       q(n) if variant == "as is" else (
                           {"kinds": {k: fixed(n, k) for k in ("combined", "semantic")}}
