@@ -223,6 +223,12 @@ class MemoryRecorder(Node):
             f"recording {g('camera_topic').value if not g('use_compressed').value else g('compressed_topic').value}, "  # noqa: E501
             f"{g('lidar_topic').value}, {g('odom_topic').value} into {engine.config.root}")
 
+    def _count(self, stream: str, counter: str, n: int = 1) -> None:
+        """Counters more than one thread adds to (drops, failures) change under the lock."""
+        with self._lock:
+            c = self.counters[stream]
+            setattr(c, counter, getattr(c, counter) + n)
+
     # ---- callbacks (cheap) -------------------------------------------------------------------
     def _check_time(self) -> None:
         """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
@@ -247,7 +253,7 @@ class MemoryRecorder(Node):
         try:
             self._pending.put_nowait(Job(stream, stamp_to_seconds(msg.header.stamp), msg, kind))
         except queue.Full:
-            c.dropped += 1
+            self._count(stream, "dropped")
 
     # ---- gate -------------------------------------------------------------------------------
     def _gate_loop(self) -> None:
@@ -261,7 +267,7 @@ class MemoryRecorder(Node):
             try:
                 self._gate(job)
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
-                self.counters[job.stream].failed += 1
+                self._count(job.stream, "failed")
                 self.get_logger().warning(f"{job.stream} message at {job.t:.3f} not gated: {exc}")
 
     def _gate(self, job: Job) -> None:
@@ -281,7 +287,7 @@ class MemoryRecorder(Node):
             self._queue.put_nowait(job)
             c.kept += 1
         except queue.Full:
-            c.dropped += 1
+            self._count(job.stream, "dropped")
 
     def _resolve_pose(self, job: Job) -> Pose | None:
         """The pose to store: TF exactly at the message stamp, waiting briefly for a late
@@ -349,14 +355,14 @@ class MemoryRecorder(Node):
                         self.engine.add_observation("odom", j.t, j.pose, {"speed": speed})
                         self.counters["odom"].stored += 1
                 except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
-                    self.counters[j.stream].failed += 1
+                    self._count(j.stream, "failed")
                     self.get_logger().warning(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
             if frames:
                 try:
                     self.engine.add_camera_frames(frames)
                     self.counters["camera"].stored += len(frames)
                 except Exception as exc:  # noqa: BLE001
-                    self.counters["camera"].failed += len(frames)
+                    self._count("camera", "failed", len(frames))
                     self.get_logger().warning(f"{len(frames)} camera frame(s) not stored: {exc}")
 
     def stats(self) -> dict[str, Any]:
