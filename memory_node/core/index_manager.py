@@ -187,8 +187,10 @@ class IndexManager:
                 raise ValueError(f"{entry['file']} does not match the manifest")
             idx = self._new(entry["dim"])
             idx.add(ids, vecs, meta)
-            if entry.get("hnsw"):
-                idx.load_graph(base.with_suffix(".hnsw"))
+            if entry.get("hnsw") and not idx.load_graph(base.with_suffix(".hnsw")):
+                log.warning("cached HNSW graph of %s/%s not usable (built with other settings, "
+                            "or damaged): rebuilding it over %d vectors, which can take "
+                            "minutes on a large store", key[0], key[1], len(idx))
             indexes[key] = idx
         self._indexes, self._seq = indexes, seq
         return True

@@ -232,6 +232,27 @@ def test_index_cache_is_rebuilt_when_unusable(tmp_path, damage):
     eng.close()
 
 
+def test_graph_cached_with_other_settings_is_rebuilt_and_said(tmp_path, caplog):
+    root = tmp_path / "m"
+    texts = [f"note {i}: the {c} door near the {p}" for i, (c, p) in enumerate(
+        (c, p) for c in ("red", "green", "blue", "white") for p in ("kitchen", "lab", "dock"))]
+    eng = make_engine(root, hnsw_min_rows=5, hnsw_storage="flat")
+    for text in texts:
+        eng.save(text)
+    want = call(eng.search, '{"semantic_query": "a blue door", "k": 3}')["results"]
+    eng.close()
+    with caplog.at_level("WARNING", logger="memory_node.index"):
+        eng = make_engine(root, hnsw_min_rows=5, hnsw_storage="sq8")
+    assert "cached HNSW graph of" in caplog.text and "events" in caplog.text
+    got = call(eng.search, '{"semantic_query": "a blue door", "k": 3}')["results"]
+    assert [r["id"] for r in got] == [r["id"] for r in want]
+    eng.close()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="memory_node.index"):
+        make_engine(root, hnsw_min_rows=5, hnsw_storage="sq8").close()  # now cached as sq8
+    assert "cached HNSW graph" not in caplog.text
+
+
 def test_closed_engine_answers_unavailable(tmp_path):
     eng = make_engine(tmp_path / "m")
     eng.close()
