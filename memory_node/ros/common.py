@@ -83,8 +83,8 @@ class PoseTracker:
         if max_gap_s is not None and hasattr(self.buffer, "max_gap_s"):
             self.buffer.max_gap_s = max_gap_s
         self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
-        self._odom: deque[tuple[float, Pose]] = deque(maxlen=ODOM_HISTORY)
-        self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)
+        self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
+        self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
         self.odom_max_gap_s = max_gap_s
         self._lock = threading.Lock()
         node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS,
@@ -121,7 +121,7 @@ class PoseTracker:
                     self._odom_t.clear()
                 else:
                     return  # out of order: keep the history sorted
-            self._odom.append((t, pose))
+            self._odom.append(pose)
             self._odom_t.append(t)
 
     def odom_at(self, stamp_s: float | None) -> Pose | None:
@@ -131,11 +131,11 @@ class PoseTracker:
             if not self._odom:
                 return None
             if stamp_s is None or stamp_s >= self._odom_t[-1]:
-                return self._odom[-1][1]
+                return self._odom[-1]
             i = bisect.bisect_left(self._odom_t, stamp_s)
             if i == 0:
-                return self._odom[0][1]
-            (t0, a), (t1, b) = self._odom[i - 1], self._odom[i]
+                return self._odom[0]
+            t0, t1, a, b = self._odom_t[i - 1], self._odom_t[i], self._odom[i - 1], self._odom[i]
         if a.frame != b.frame or (self.odom_max_gap_s is not None
                                   and t1 - t0 > self.odom_max_gap_s):
             return a if stamp_s - t0 <= t1 - stamp_s else b  # no pose invented across a gap
@@ -165,10 +165,6 @@ class PoseTracker:
             return odom
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
         return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
-
-    def latest_odom(self) -> Pose | None:
-        """The latest odometry pose in the world frame (see odom_pose_at)."""
-        return self.odom_pose_at(None)
 
     def tf_pose_at(self, stamp_s: float | None, exact: bool = False) -> Pose | None:
         """TF world ← base at the stamp (within the tolerance unless `exact`), or None."""
