@@ -179,7 +179,8 @@ class MemoryRecorder(Node):
         self._pending: queue.Queue[Job | None] = queue.Queue(
             maxsize=max(1, int(g("pending_size").value)))
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=int(g("queue_size").value))
-        self._tf_stalled_at: float | None = None  # last_tf_wall when a TF wait last ran out
+        # (last_tf_wall,) when a TF wait last ran out; None while none has.
+        self._tf_stalled_at: tuple[float | None] | None = None
         self._lock = threading.Lock()
         self._last_stamp: float | None = None
         cb = MutuallyExclusiveCallbackGroup()
@@ -300,7 +301,7 @@ class MemoryRecorder(Node):
             if time.monotonic() >= deadline:
                 # TF did not come in time; until another transform arrives, later messages
                 # take the fallback at once instead of each waiting out its own tf_wait_s.
-                self._tf_stalled_at = self.poses.last_tf_wall
+                self._tf_stalled_at = (self.poses.last_tf_wall,)
                 break
             time.sleep(0.01)
         return self.poses.pose_at(job.t)
@@ -311,7 +312,7 @@ class MemoryRecorder(Node):
         may match after the sensors')."""
         now = time.monotonic()
         last = self.poses.last_tf_wall
-        if last is not None and last == self._tf_stalled_at:
+        if self._tf_stalled_at == (last,):  # no transform since a wait ran out (or ever)
             return False
         return (last is not None and now - last < 5.0) or now - self._started < 5.0
 
