@@ -18,6 +18,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,15 +257,20 @@ class MemoryRecorder(Node):
         except queue.Full:
             self._count(stream, "dropped")
 
-    # ---- gate -------------------------------------------------------------------------------
-    def _gate_loop(self) -> None:
+    def _jobs(self, q: queue.Queue[Job | None]) -> Iterator[Job]:
+        """Jobs from a stage's queue until close() (the stop flag, or None in the queue)."""
         while not self._stop.is_set():
             try:
-                job = self._pending.get(timeout=0.2)
+                job = q.get(timeout=0.2)
             except queue.Empty:
                 continue
             if job is None:
-                break
+                return
+            yield job
+
+    # ---- gate -------------------------------------------------------------------------------
+    def _gate_loop(self) -> None:
+        for job in self._jobs(self._pending):
             try:
                 self._gate(job)
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
@@ -321,13 +327,7 @@ class MemoryRecorder(Node):
         from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
         from memory_node.ros.pointcloud import read_xyz, voxel_downsample
 
-        while not self._stop.is_set():
-            try:
-                job = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if job is None:
-                break
+        for job in self._jobs(self._queue):
             jobs = [job]
             if job.stream == "camera":  # batch frames already waiting: one embed call
                 while len(jobs) < self.batch_size:
