@@ -67,7 +67,8 @@ class PoseTracker:
 
     Uses tf2_ros on a robot's own ROS install, the package's TF buffer elsewhere. Odometry is
     kept as a short history so the fallback pose is the one at a message's stamp (the latest
-    odometry for a stamp newer than all of it), not whatever arrived last.
+    odometry for a stamp just newer than all of it), not whatever arrived last, and is put into
+    the world frame through TF's world ← odom or not used at all.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
@@ -126,15 +127,19 @@ class PoseTracker:
 
     def odom_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry (in its own frame) at the stamp: interpolated between the samples around
-        it, the latest for a newer stamp (or None given), the oldest for an older one."""
+        it; the latest (oldest) for a stamp newer (older) than all of them by no more than the
+        tolerance; None beyond that, where the history says nothing about the stamp (odometry
+        stopped, or the stamp is from before a time jump). None given: the latest."""
         with self._lock:
             if not self._odom:
                 return None
-            if stamp_s is None or stamp_s >= self._odom_t[-1]:
+            if stamp_s is None:
                 return self._odom[-1]
+            if stamp_s >= self._odom_t[-1]:
+                return self._odom[-1] if stamp_s - self._odom_t[-1] <= self.tolerance_s else None
             i = bisect.bisect_left(self._odom_t, stamp_s)
             if i == 0:
-                return self._odom[0]
+                return self._odom[0] if self._odom_t[0] - stamp_s <= self.tolerance_s else None
             t0, t1, a, b = self._odom_t[i - 1], self._odom_t[i], self._odom[i - 1], self._odom[i]
         if a.frame != b.frame or (self.odom_max_gap_s is not None
                                   and t1 - t0 > self.odom_max_gap_s):
@@ -147,11 +152,14 @@ class PoseTracker:
 
     def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry at the stamp in the world frame, through world ← odom at that stamp (the
-        latest one when TF has none there); in odometry's own frame when TF has no world ←
-        odom at all. Source "odom" either way."""
+        latest one when TF has none there); None while TF has never given world ← odom, since
+        a pose in another frame would answer map-frame queries with the wrong place (unless
+        odometry is already in the world frame)."""
         odom = self.odom_at(stamp_s)
         if odom is None:
             return None
+        if odom.frame == self.world_frame:
+            return odom
         world_odom = None
         for stamp, tol in ((stamp_s, self.tolerance_s), (0.0, 0.0)):
             if stamp is None:
@@ -162,7 +170,7 @@ class PoseTracker:
             except TransformError:
                 continue
         if world_odom is None:
-            return odom
+            return None
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
         return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
 

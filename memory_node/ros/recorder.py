@@ -123,6 +123,7 @@ class Job:
     kind: str = ""
     enqueued: float = field(default_factory=time.monotonic)
     pose: Pose | None = None
+    epoch: int = 0  # time jumps back seen before the message arrived
 
 
 class MemoryRecorder(Node):
@@ -154,7 +155,7 @@ class MemoryRecorder(Node):
         p("sensor_reliability", "best_effort")
         p("stats_period_s", 5.0)
         # A frame's TF may arrive after the frame itself (another topic, a busy CPU): the
-        # worker waits up to this long (wall time) for it before falling back to odometry.
+        # gate waits up to this long (wall time) for it before falling back to odometry.
         p("tf_wait_s", 2.0)
         # TF history kept for the worker: it looks poses up at stamps that can lie seconds in
         # the past when it is behind (a burst of keyframes, a busy CPU).
@@ -184,6 +185,8 @@ class MemoryRecorder(Node):
         self._tf_stalled_at: tuple[float | None] | None = None
         self._lock = threading.Lock()
         self._last_stamp: float | None = None
+        self._epoch = 0  # counts jumps back of the node clock
+        self._jumped_from: float | None = None  # the clock before the last jump back
         cb = MutuallyExclusiveCallbackGroup()
         # TF in a group of its own: a burst of image callbacks must not hold up /tf.
         self.poses = PoseTracker(self, g("world_frame").value, g("base_frame").value, None,
@@ -213,7 +216,6 @@ class MemoryRecorder(Node):
                                  callback_group=cb)
         self.stats_pub = self.create_publisher(String, "/memory/recorder_stats", 10)
         self.create_timer(float(g("stats_period_s").value), self._publish_stats)
-        self._started = time.monotonic()
         self._stop = threading.Event()
         self._gate_thread = threading.Thread(target=self._gate_loop, name="memory-recorder-gate",
                                              daemon=True)
@@ -232,7 +234,7 @@ class MemoryRecorder(Node):
             setattr(c, counter, getattr(c, counter) + n)
 
     # ---- callbacks (cheap) -------------------------------------------------------------------
-    def _check_time(self) -> None:
+    def _check_time(self) -> float:
         """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
         message stamps: messages of different topics may arrive out of order."""
         now = node_now(self)
@@ -241,7 +243,10 @@ class MemoryRecorder(Node):
                 f"time jumped back by {self._last_stamp - now:.1f} s: keyframe gates reset")
             for gate in self.gates.values():
                 gate.reset()
+            self._epoch += 1
+            self._jumped_from = self._last_stamp
         self._last_stamp = now
+        return now
 
     def _on_odom(self, msg: Any) -> None:
         self.poses.on_odom(msg)
@@ -250,10 +255,14 @@ class MemoryRecorder(Node):
     def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
         c = self.counters[stream]
         c.received += 1
+        t = stamp_to_seconds(msg.header.stamp)
         with self._lock:
-            self._check_time()
+            now = self._check_time()
+            epoch = self._epoch
+            if self._jumped_from is not None and now + 1.0 < t <= self._jumped_from + 1.0:
+                epoch -= 1  # stamped on the timeline before the jump, delivered after it
         try:
-            self._pending.put_nowait(Job(stream, stamp_to_seconds(msg.header.stamp), msg, kind))
+            self._pending.put_nowait(Job(stream, t, msg, kind, epoch=epoch))
         except queue.Full:
             self._count(stream, "dropped")
 
@@ -281,6 +290,13 @@ class MemoryRecorder(Node):
         c = self.counters[job.stream]
         gate = self.gates[job.stream]
         job.pose = self._resolve_pose(job)
+        if self._before_time_jump(job):
+            # TF and odometry from before the jump are gone (or replaced by the new timeline's):
+            # no pose can be told for it any more, and a guessed one would be wrong.
+            self._count(job.stream, "dropped")
+            self.get_logger().debug(f"{job.stream} message at {job.t:.3f} dropped: it arrived "
+                                    "before the clock jumped back")
+            return
         if job.pose is None:
             c.no_pose += 1
         view = (view_thumbnail(job.msg, job.kind)
@@ -300,7 +316,7 @@ class MemoryRecorder(Node):
         """The pose to store: TF exactly at the message stamp, waiting briefly for a late
         transform; else TF within the tolerance; else odometry at the stamp; else None."""
         deadline = job.enqueued + self.tf_wait_s
-        while self._tf_expected():
+        while self._tf_expected() and not self._before_time_jump(job):
             pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
             if pose is not None:
                 return pose
@@ -313,14 +329,13 @@ class MemoryRecorder(Node):
         return self.poses.pose_at(job.t)
 
     def _tf_expected(self) -> bool:
-        """Whether a transform for a recent stamp may still come: TF arrived lately and not
-        only before a wait that ran out, or the recorder just started (the /tf subscription
-        may match after the sensors')."""
-        now = time.monotonic()
-        last = self.poses.last_tf_wall
-        if self._tf_stalled_at == (last,):  # no transform since a wait ran out (or ever)
-            return False
-        return (last is not None and now - last < 5.0) or now - self._started < 5.0
+        """Whether to wait for a transform: not while none has arrived since a wait last ran
+        out. So a robot without TF (or whose TF stopped) costs one wait, not one per message,
+        and the first messages of a replay still wait for its first transforms."""
+        return self._tf_stalled_at != (self.poses.last_tf_wall,)
+
+    def _before_time_jump(self, job: Job) -> bool:
+        return job.epoch != self._epoch
 
     # ---- worker -----------------------------------------------------------------------------
     def _work(self) -> None:

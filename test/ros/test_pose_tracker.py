@@ -46,12 +46,15 @@ def _map_odom(x, y, t):
 def test_odometry_at_the_stamp_not_the_latest(tracker):
     for i in range(11):  # 1 m/s along +x, 10 Hz, turning from 0 to 1 rad
         tracker.on_odom(_odom(0.1 * i, 0.0, 0.1 * i, 100.0 + 0.1 * i))
-    p = tracker.odom_pose_at(100.25)
-    assert p.source == "odom" and p.frame == "odom"  # no map -> odom known yet
+    p = tracker.odom_at(100.25)
+    assert p.source == "odom" and p.frame == "odom"
     assert p.x == pytest.approx(0.25) and p.yaw == pytest.approx(0.25)
-    assert tracker.odom_pose_at(200.0).x == pytest.approx(1.0)  # newer: the latest
-    assert tracker.odom_pose_at(None).x == pytest.approx(1.0)
-    assert tracker.odom_pose_at(50.0).x == pytest.approx(0.0)  # older: the oldest
+    assert tracker.odom_pose_at(100.25) is None  # no map -> odom known: no map pose from it
+    assert tracker.odom_at(101.3).x == pytest.approx(1.0)  # just newer: the latest
+    assert tracker.odom_at(None).x == pytest.approx(1.0)
+    assert tracker.odom_at(99.7).x == pytest.approx(0.0)  # just older: the oldest
+    # Beyond the tolerance the history says nothing: odometry stopped, or another timeline.
+    assert tracker.odom_at(101.6) is None and tracker.odom_at(99.4) is None
 
 
 def test_odometry_put_in_the_world_through_map_odom_at_the_stamp(tracker):
@@ -68,9 +71,10 @@ def test_odometry_put_in_the_world_through_map_odom_at_the_stamp(tracker):
 def test_no_pose_invented_across_an_odometry_gap_and_bad_samples_ignored(tracker):
     tracker.on_odom(_odom(0.0, 0.0, 0.0, 100.0))
     tracker.on_odom(_odom(10.0, 0.0, 0.0, 105.0))  # 5 s of lost odometry
-    assert tracker.odom_pose_at(101.0).x == 0.0 and tracker.odom_pose_at(104.5).x == 10.0
+    assert tracker.odom_at(101.0).x == 0.0 and tracker.odom_at(104.5).x == 10.0
     tracker.on_odom(_odom(math.nan, 0.0, 0.0, 105.1))
     tracker.on_odom(_odom(7.0, 0.0, 0.0, 104.9))  # out of order
-    assert tracker.odom_pose_at(None).x == 10.0
+    assert tracker.odom_at(None).x == 10.0
     tracker.on_odom(_odom(-3.0, 0.0, 0.0, 10.0))  # time jumped back: history starts over
-    assert tracker.odom_pose_at(104.0).x == -3.0
+    assert tracker.odom_at(10.2).x == -3.0
+    assert tracker.odom_at(104.0) is None  # a stamp of the old timeline: nothing known

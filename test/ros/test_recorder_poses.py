@@ -1,0 +1,124 @@
+"""Which pose the recorder stores when TF is missing, or when the clock jumps back: never a
+place in another frame or from another timeline. The recorder runs in process, fed through its
+own callbacks, so each case is exact rather than a matter of message timing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import rclpy
+from geometry_msgs.msg import TransformStamped
+from nav_msgs.msg import Odometry
+from rclpy.time import Time
+from tf2_msgs.msg import TFMessage
+
+from memory_node.ros.geometry import seconds_to_stamp
+from memory_node.ros.recorder import MemoryRecorder
+
+TF_WAIT_S = 1.0
+
+
+@pytest.fixture
+def recorder(tmp_path, request):
+    from engine_support import make_engine  # noqa: PLC0415 - test helper
+
+    engine = make_engine(tmp_path / "mem")
+    ctx = rclpy.Context()
+    params = getattr(request, "param", [])
+    rclpy.init(args=["--ros-args", "-p", f"tf_wait_s:={TF_WAIT_S}", "-p", "min_distance:=0.01",
+                     *params], context=ctx)
+    rec = MemoryRecorder(engine=engine, context=ctx)
+    yield rec
+    rec.close()
+    rec.destroy_node()
+    rclpy.shutdown(context=ctx)
+    engine.close()
+
+
+def _odom(x: float, t: float) -> Odometry:
+    m = Odometry()
+    m.header.frame_id = "odom"
+    m.header.stamp = seconds_to_stamp(t)
+    m.pose.pose.position.x = float(x)
+    m.pose.pose.orientation.w = 1.0
+    return m
+
+
+def _tf(parent: str, child: str, x: float, t: float) -> TFMessage:
+    ts = TransformStamped()
+    ts.header.frame_id, ts.child_frame_id = parent, child
+    ts.header.stamp = seconds_to_stamp(t)
+    ts.transform.translation.x = float(x)
+    ts.transform.rotation.w = 1.0
+    return TFMessage(transforms=[ts])
+
+
+def _odom_rows(rec: MemoryRecorder) -> list[dict]:
+    assert rec.drain(30.0)
+    answer = rec.engine.search_dict(json.dumps({"stream": "odom", "k": 100,
+                                                "order_by": "time"}))
+    assert answer["ok"], answer
+    return answer["results"]
+
+
+def test_no_map_pose_from_odometry_without_map_to_odom(recorder):
+    """A robot with odometry but no TF at all: odometry's own frame is not the map, so its rows
+    are stored without a pose (a map-frame "near" query must not find them), and only the first
+    message waits for TF."""
+    t0 = time.time()
+    started = time.monotonic()
+    for i in range(6):
+        recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
+    rows = _odom_rows(recorder)
+    waited = time.monotonic() - started
+    assert rows and all(r["pose"]["source"] == "none" for r in rows), rows
+    assert recorder.counters["odom"].no_pose == 6
+    assert waited < 3 * TF_WAIT_S, f"each message waited for TF: {waited:.1f} s"
+    near = recorder.engine.search_dict(json.dumps({"stream": "odom", "near_x": 0.0,
+                                                   "near_y": 0.0, "radius": 5.0}))
+    assert near["ok"] and near["results"] == []
+
+
+@pytest.mark.parametrize("recorder", [["-p", "world_frame:=odom"]], indirect=True)
+def test_odometry_is_the_pose_when_it_is_the_world_frame(recorder):
+    t0 = time.time()
+    for i in range(3):
+        recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
+    rows = _odom_rows(recorder)
+    assert [r["pose"]["x"] for r in rows] == [0.0, 0.5, 1.0]
+    assert all((r["pose"]["frame"], r["pose"]["source"]) == ("odom", "odom") for r in rows)
+
+
+def test_odometry_put_on_the_map_once_map_to_odom_is_known(recorder):
+    t0 = time.time()
+    recorder.poses._on_tf(_tf("map", "odom", 3.0, t0))
+    for i in range(3):
+        recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
+    rows = _odom_rows(recorder)
+    assert [r["pose"]["x"] for r in rows] == [3.0, 3.5, 4.0]
+    assert all((r["pose"]["frame"], r["pose"]["source"]) == ("map", "odom") for r in rows)
+
+
+@pytest.mark.parametrize("recorder", [["-p", "use_sim_time:=true"]], indirect=True)
+def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(recorder):
+    """A bag that loops: a message of the first pass, whether still waiting for its TF when the
+    clock jumps back or delivered just after the jump, must not take a pose from the second pass
+    (the first pass's TF and odometry are gone). It is dropped and counted; the second pass
+    records with its own poses."""
+    clock = recorder.get_clock()
+    clock.set_ros_time_override(Time(seconds=829.6))
+    recorder.poses._on_tf(_tf("map", "base_link", 5.0, 829.0))
+    recorder.poses._on_tf(_tf("map", "base_link", 5.5, 829.5))
+    recorder._on_odom(_odom(0.0, 829.9))  # its TF has not come yet: the gate waits for it
+    time.sleep(0.2)
+    clock.set_ros_time_override(Time(seconds=800.0))  # the bag starts over
+    recorder.poses._on_tf(_tf("map", "base_link", 1.0, 800.0))
+    recorder.poses._on_tf(_tf("map", "base_link", 1.2, 800.2))
+    recorder._on_odom(_odom(0.0, 829.95))  # first pass, delivered after the jump
+    recorder._on_odom(_odom(0.0, 800.1))
+    rows = _odom_rows(recorder)
+    assert recorder.counters["odom"].dropped == 2
+    assert [(r["t"], r["pose"]["source"]) for r in rows] == [(pytest.approx(800.1), "tf")]
+    assert rows[0]["pose"]["x"] == pytest.approx(1.1)
