@@ -67,8 +67,7 @@ class PoseTracker:
 
     Uses tf2_ros on a robot's own ROS install, the package's TF buffer elsewhere. Odometry is
     kept as a short history so the fallback pose is the one at a message's stamp (the latest
-    odometry for a stamp just newer than all of it), not whatever arrived last, and is put into
-    the world frame through TF's world ← odom or not used at all.
+    odometry for a stamp just newer than all of it), not whatever arrived last.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
@@ -152,14 +151,11 @@ class PoseTracker:
 
     def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry at the stamp in the world frame, through world ← odom at that stamp (the
-        latest one when TF has none there); None while TF has never given world ← odom, since
-        a pose in another frame would answer map-frame queries with the wrong place (unless
-        odometry is already in the world frame)."""
+        latest one when TF has none there). A robot whose TF has no world ← odom at all (no
+        map) gets odometry in its own frame, labelled so. Source "odom" either way."""
         odom = self.odom_at(stamp_s)
         if odom is None:
             return None
-        if odom.frame == self.world_frame:
-            return odom
         world_odom = None
         for stamp, tol in ((stamp_s, self.tolerance_s), (0.0, 0.0)):
             if stamp is None:
@@ -170,7 +166,7 @@ class PoseTracker:
             except TransformError:
                 continue
         if world_odom is None:
-            return None
+            return odom
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
         return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
 

@@ -49,7 +49,7 @@ def test_odometry_at_the_stamp_not_the_latest(tracker):
     p = tracker.odom_at(100.25)
     assert p.source == "odom" and p.frame == "odom"
     assert p.x == pytest.approx(0.25) and p.yaw == pytest.approx(0.25)
-    assert tracker.odom_pose_at(100.25) is None  # no map -> odom known: no map pose from it
+    assert tracker.odom_pose_at(100.25) == p  # no map -> odom known: odometry's own frame
     assert tracker.odom_at(101.3).x == pytest.approx(1.0)  # just newer: the latest
     assert tracker.odom_at(None).x == pytest.approx(1.0)
     assert tracker.odom_at(99.7).x == pytest.approx(0.0)  # just older: the oldest
