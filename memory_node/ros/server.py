@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         node.trigger_configure()
         if node._state_machine.current_state[1] == "inactive":
             node.trigger_activate()
+    else:
+        node.get_logger().info("unconfigured: waiting for lifecycle transitions "
+                               "(autostart is false)")
     spin_nodes([node])
     return 0
 

@@ -193,10 +193,11 @@ def test_keyframes_gated_on_their_stored_pose_when_tf_comes_in_bursts(ros, ros_p
     assert all(b - a >= 0.5 - 0.01 for a, b in zip(xs, xs[1:])), xs
 
 
-def _lifecycle(node, ctx, name):
+def _lifecycle(node, ctx, name, proc):
     change = node.create_client(ChangeState, f"/{name}/change_state")
     get = node.create_client(GetState, f"/{name}/get_state")
-    assert change.wait_for_service(timeout_sec=30) and get.wait_for_service(timeout_sec=30)
+    assert change.wait_for_service(timeout_sec=30) and get.wait_for_service(timeout_sec=30), (
+        f"{name}'s lifecycle services never showed up; its output:\n{proc.output}")
     executor = SingleThreadedExecutor(context=ctx)
 
     def answer(client, request, timeout, retry_s=None):
@@ -228,7 +229,8 @@ def test_lifecycle_transitions(ros, ros_process, tmp_path):
     blocker.write_text("a file where the memory directory should be")
     proc = ros_process(["-m", "memory_node.ros.server", "--ros-args", "-p", "autostart:=false",
                         "-p", f"memory_dir:={blocker}"])
-    transition, state = _lifecycle(node, ctx, "memory_server")
+    proc.wait_for_line("waiting for lifecycle transitions", timeout=90)  # up (or its output)
+    transition, state = _lifecycle(node, ctx, "memory_server", proc)
     assert state() == "unconfigured"
     res = call(caller, "search", "anything")
     assert res["error"]["code"] == "not_active"
