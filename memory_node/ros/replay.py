@@ -4,7 +4,9 @@ rosbag2 (`ros2 bag play`) is not installable from pip, so the package replays wi
 messages go out as the recorded CDR bytes (no conversion), at the recorded timing scaled by
 `--rate`, with /clock for nodes running with use_sim_time, /tf_static latched (transient
 local, all static transforms merged), and reliable publishers waiting for their subscribers
-to acknowledge before the command exits.
+to acknowledge before the command exits. A robot's bag may hold vendor messages no installed
+package defines, and its own /clock: without `--topics` those are left out with a warning
+(the rest plays); named in `--topics`, an unplayable topic is an error.
 """
 
 from __future__ import annotations
@@ -99,8 +101,27 @@ class Replayer:
         if missing:
             raise ReplayError(f"topic(s) not in the bag: {', '.join(missing)}; the bag has "
                               f"{', '.join(sorted(self.info.topics))}")
-        self.topics = sorted(wanted)
-        self.types = {t: import_message_type(self.info.topics[t][0]) for t in self.topics}
+        # What is left out, and why: a recorded /clock would interleave with ours (and, at
+        # another rate, contradict it); a topic of a type no installed package provides cannot
+        # be published, which only matters if it was asked for by name.
+        self.skipped: dict[str, str] = {}
+        if clock and "/clock" in wanted:
+            wanted.discard("/clock")
+            self.skipped["/clock"] = "the replay publishes /clock itself (--no-clock to keep it)"
+        self.types = {}
+        for t in sorted(wanted):
+            try:
+                self.types[t] = import_message_type(self.info.topics[t][0])
+            except ReplayError as exc:
+                if topics:
+                    raise
+                self.skipped[t] = str(exc)
+        if not self.types:
+            raise ReplayError("nothing to play: " + "; ".join(
+                f"{t}: {why}" for t, why in sorted(self.skipped.items())))
+        for t, why in sorted(self.skipped.items()):
+            node.get_logger().warning(f"not replaying {t}: {why}")
+        self.topics = sorted(self.types)
         self.publishers = {t: self._publisher(t) for t in self.topics}
         self.clock_pub = None
         if clock:

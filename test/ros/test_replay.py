@@ -9,6 +9,7 @@ import shutil
 import sys
 import time
 
+import numpy as np
 import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
@@ -98,7 +99,7 @@ def test_unknown_topic_and_type_and_corrupt_bags_are_clear_errors(bags, tmp_path
         msg = store.types["acme_msgs/msg/Battery"](level=3)
         w.write(conn, 1, store.serialize_cdr(msg, "acme_msgs/msg/Battery"))
     with pytest.raises(ReplayError, match="unknown message type acme_msgs/msg/Battery"):
-        Replayer(node, odd)
+        Replayer(node, odd)  # nothing else in it to play
     # A truncated recording: the replay stops with a message, not a traceback.
     broken = tmp_path / "broken"
     shutil.copytree(mcap, broken)
@@ -106,6 +107,59 @@ def test_unknown_topic_and_type_and_corrupt_bags_are_clear_errors(bags, tmp_path
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     with pytest.raises(ReplayError, match="broken"):
         Replayer(node, broken, rate=50.0).run()
+
+
+def test_a_robot_bag_with_vendor_types_and_its_own_clock_replays_what_it_can(tmp_path, node):
+    """A bag recorded on a robot carries vendor messages (no Python package here) and often
+    /clock: the known topics play, the rest is left out and said so; naming an unplayable
+    topic is still an error."""
+    from nav_msgs.msg import Odometry
+    from rclpy.serialization import serialize_message
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+    from rosgraph_msgs.msg import Clock
+
+    store = get_typestore(Stores.ROS2_KILTED)
+    store.register(get_types_from_msg("uint8[4] head", "unitree_go/msg/SportModeState"))
+    bag = tmp_path / "robot_bag"
+    base_ns = 1_764_460_800_000_000_000
+    with Writer(bag, version=8, storage_plugin=StoragePlugin.MCAP) as w:
+        vendor = w.add_connection("/sportmodestate", "unitree_go/msg/SportModeState",
+                                  typestore=store)
+        odom = w.add_connection("/odom", "nav_msgs/msg/Odometry", typestore=store)
+        clock = w.add_connection("/clock", "rosgraph_msgs/msg/Clock", typestore=store)
+        for i in range(20):
+            t_ns = base_ns + i * 50_000_000
+            w.write(vendor, t_ns, store.serialize_cdr(
+                store.types["unitree_go/msg/SportModeState"](head=np.zeros(4, np.uint8)),
+                "unitree_go/msg/SportModeState"))
+            m = Odometry()
+            m.header.stamp.sec, m.header.stamp.nanosec = divmod(t_ns, 1_000_000_000)
+            w.write(odom, t_ns, serialize_message(m))
+            c = Clock()
+            c.clock.sec, c.clock.nanosec = divmod(t_ns + 10**9, 1_000_000_000)  # another clock
+            w.write(clock, t_ns, serialize_message(c))
+    rep = Replayer(node, bag, rate=10.0)
+    assert rep.topics == ["/odom"]
+    assert "unitree_go/msg/SportModeState" in rep.skipped["/sportmodestate"]
+    assert "/clock" in rep.skipped
+    received: dict[str, list] = {"odom": [], "clock": []}
+    node.create_subscription(Odometry, "/odom", received["odom"].append, 100)
+    node.create_subscription(Clock, "/clock", received["clock"].append, 100)
+    ex = SingleThreadedExecutor(context=node.context)
+    ex.add_node(node)
+    assert rep.run() == 20
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(received["odom"]) < 20:
+        ex.spin_once(timeout_sec=0.1)
+    for _ in range(10):
+        ex.spin_once(timeout_sec=0.05)
+    ex.shutdown()
+    assert len(received["odom"]) == 20
+    clock_s = [c.clock.sec + c.clock.nanosec * 1e-9 for c in received["clock"]]
+    assert clock_s == sorted(clock_s) and max(clock_s) <= base_ns / 1e9 + 0.95 + 1e-6
+    with pytest.raises(ReplayError, match="unitree_go"):
+        Replayer(node, bag, topics=["/odom", "/sportmodestate"])
 
 
 def test_cli_exit_codes_and_listening_node_unaffected(bags, tmp_path, ros_process):
