@@ -33,8 +33,25 @@ ENCODINGS: dict[str, tuple[int, int]] = {
     "rgba8": (4, 1),
     "mono8": (1, 1),
     "mono16": (1, 2),
+    # What USB and machine-vision cameras publish raw: YUV 4:2:2 (2 bytes per pixel) and
+    # 8-bit Bayer mosaics (one byte per pixel, demosaiced here).
+    "yuv422": (2, 1),  # UYVY
+    "yuv422_yuy2": (2, 1),  # YUYV
+    "bayer_rggb8": (1, 1),
+    "bayer_bggr8": (1, 1),
+    "bayer_gbrg8": (1, 1),
+    "bayer_grbg8": (1, 1),
 }
-_ALIASES = {"8uc3": "bgr8", "8uc1": "mono8", "16uc1": "mono16", "8uc4": "bgra8"}
+_ALIASES = {"8uc3": "bgr8", "8uc1": "mono8", "16uc1": "mono16", "8uc4": "bgra8",
+            "uyvy": "yuv422", "yuyv": "yuv422_yuy2"}
+# OpenCV names a Bayer pattern by the second row's first two pixels; ROS by the first row's.
+_FROM_2CH = {"yuv422": cv2.COLOR_YUV2BGR_UYVY, "yuv422_yuy2": cv2.COLOR_YUV2BGR_YUY2}
+_TO_2CH = {"yuv422": cv2.COLOR_BGR2YUV_UYVY, "yuv422_yuy2": cv2.COLOR_BGR2YUV_YUY2}
+_FROM_BAYER = {"bayer_rggb8": cv2.COLOR_BayerBG2BGR, "bayer_bggr8": cv2.COLOR_BayerRG2BGR,
+               "bayer_gbrg8": cv2.COLOR_BayerGR2BGR, "bayer_grbg8": cv2.COLOR_BayerGB2BGR}
+# Where each Bayer pattern puts B, G, R in its 2x2 cell (row, col) -> BGR channel.
+_BAYER_CELL = {"bayer_rggb8": ((2, 1), (1, 0)), "bayer_bggr8": ((0, 1), (1, 2)),
+               "bayer_gbrg8": ((1, 0), (2, 1)), "bayer_grbg8": ((1, 2), (0, 1))}
 
 
 def _canonical(encoding: str) -> str:
@@ -46,7 +63,7 @@ def _canonical(encoding: str) -> str:
         return lowered
     raise ValueError(
         f"unsupported image encoding '{enc}' (supported: {', '.join(ENCODINGS)}, "
-        f"8UC1, 8UC3, 8UC4, 16UC1)"
+        f"8UC1, 8UC3, 8UC4, 16UC1, uyvy, yuyv)"
     )
 
 
@@ -93,6 +110,13 @@ def image_to_bgr(msg: Any) -> np.ndarray:
         pixels = _mono16_to_8(rows.copy().view(f"{order}u2").reshape(height, width))
         return cv2.cvtColor(pixels, cv2.COLOR_GRAY2BGR)
     pixels = rows.reshape(height, width, channels)
+    if encoding in _FROM_2CH:
+        if width % 2:
+            raise ValueError(f"image '{msg.encoding}' {width}x{height}: YUV 4:2:2 needs an "
+                             "even width")
+        return cv2.cvtColor(np.ascontiguousarray(pixels), _FROM_2CH[encoding])
+    if encoding in _FROM_BAYER:
+        return cv2.cvtColor(np.ascontiguousarray(pixels[:, :, 0]), _FROM_BAYER[encoding])
     if encoding == "bgr8":
         return pixels.copy()
     if encoding == "rgb8":
@@ -174,6 +198,14 @@ def bgr_to_image_msg(
         pixels = np.dstack([arr, np.full((height, width), 255, np.uint8)])
     elif canonical == "rgba8":
         pixels = np.dstack([arr[:, :, ::-1], np.full((height, width), 255, np.uint8)])
+    elif canonical in _TO_2CH:
+        pixels = cv2.cvtColor(arr, _TO_2CH[canonical])
+    elif canonical in _BAYER_CELL:
+        pixels = np.empty((height, width), np.uint8)
+        for r in range(2):
+            for c in range(2):
+                ch = _BAYER_CELL[canonical][r][c]
+                pixels[r::2, c::2] = arr[r::2, c::2, ch]
     else:
         gray = cv2.cvtColor(arr, cv2.COLOR_BGR2GRAY)
         if canonical == "mono8":

@@ -106,6 +106,37 @@ def test_hand_laid_out_images() -> None:
         assert np.array_equal(out[:, :, 1], [[0, 255], [1, 128]])
 
 
+def test_raw_camera_encodings_hand_laid_out() -> None:
+    """YUV 4:2:2 in both byte orders and a Bayer mosaic, laid out byte by byte as a USB or
+    machine-vision camera driver publishes them: a red patch comes out red."""
+    red_uyvy = np.tile(np.array([90, 81, 240, 81], np.uint8), (2, 2)).reshape(2, 8)
+    red_yuyv = np.tile(np.array([81, 90, 81, 240], np.uint8), (2, 2)).reshape(2, 8)
+    for encoding, data in (("yuv422", red_uyvy), ("yuv422_yuy2", red_yuyv)):
+        b, g, r = image_to_bgr(raw_image(encoding, data.reshape(2, 4, 2), step=8))[1, 3]
+        assert r > 240 and g < 10 and b < 10, encoding
+    mosaic = np.tile(np.array([[200, 10], [10, 0]], np.uint8), (3, 3))  # R G / G B
+    out = image_to_bgr(raw_image("bayer_rggb8", mosaic, step=6))
+    assert tuple(out[2, 2]) == (0, 10, 200)
+    odd = raw_image("yuv422", np.zeros((2, 3, 2), np.uint8), step=6)
+    with pytest.raises(ValueError, match="even width"):
+        image_to_bgr(odd)
+
+
+@pytest.mark.parametrize("encoding", ["yuv422", "yuv422_yuy2", "UYVY", "bayer_rggb8",
+                                      "bayer_bggr8", "bayer_gbrg8", "bayer_grbg8"])
+def test_raw_camera_encodings_round_trip(encoding: str) -> None:
+    """Chroma is shared by two pixels (YUV) or interpolated (Bayer): a flat colour comes back
+    exactly, a smooth gradient within two levels away from the border."""
+    flat = np.zeros((24, 32, 3), np.uint8)  # YUV 4:2:2 needs an even width
+    flat[:] = (30, 140, 220)
+    assert np.array_equal(image_to_bgr(bgr_to_image_msg(flat, encoding)), flat)
+    y, x = np.mgrid[0:24, 0:32]
+    smooth = np.dstack([x * 2 + 40, y * 3 + 30, x + y + 50]).astype(np.uint8)
+    out = image_to_bgr(bgr_to_image_msg(smooth, encoding, row_padding=4))
+    diff = np.abs(out.astype(int) - smooth.astype(int))[2:-2, 2:-2]
+    assert diff.max() <= 2
+
+
 def test_data_as_bytes_and_ndarray() -> None:
     msg = bgr_to_image_msg(sample_bgr(2), "bgr8")
     for data in (bytes(msg.data), np.frombuffer(bytes(msg.data), np.uint8)):
@@ -127,8 +158,8 @@ def test_empty_image() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda m: setattr(m, "encoding", "yuv422"), r"unsupported image encoding 'yuv422'"),
-        (lambda m: setattr(m, "encoding", "bayer_rggb8"), r"unsupported image encoding"),
+        (lambda m: setattr(m, "encoding", "nv21"), r"unsupported image encoding 'nv21'"),
+        (lambda m: setattr(m, "encoding", "32FC1"), r"unsupported image encoding"),
         (lambda m: setattr(m, "encoding", ""), r"unsupported image encoding ''"),
         (lambda m: setattr(m, "step", 20), r"step 20 is shorter than a row \(9 px x 3 bytes"),
         (lambda m: setattr(m, "data", m.data[:-1]), r"needs 162 bytes of data, got 161"),
