@@ -83,6 +83,7 @@ class PoseTracker:
         if max_gap_s is not None and hasattr(self.buffer, "max_gap_s"):
             self.buffer.max_gap_s = max_gap_s
         self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
+        self.first_tf_wall: float | None = None  # ... and of the first
         self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
         self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
         self.odom_max_gap_s = max_gap_s
@@ -97,6 +98,8 @@ class PoseTracker:
 
     def _on_tf(self, msg: Any) -> None:
         self.last_tf_wall = time.monotonic()
+        if self.first_tf_wall is None:
+            self.first_tf_wall = self.last_tf_wall
         if self.buffer.on_time(node_now(self.node)):
             self.node.get_logger().warning("time jumped back: TF buffer cleared")
         for ts in msg.transforms:
@@ -178,6 +181,10 @@ class PoseTracker:
         except TransformError:
             return None
         return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
+
+    def has_world_pose(self) -> bool:
+        """Whether TF links the world frame to the base frame at all (at its latest time)."""
+        return self.tf_pose_at(None) is not None
 
     def pose_at(self, stamp_s: float | None) -> Pose | None:
         """TF at the stamp (within the tolerance) → odometry at the stamp → None."""

@@ -51,6 +51,7 @@ class StreamCounters:
     failed: int = 0
     stored: int = 0
     no_pose: int = 0
+    tf_timeouts: int = 0  # messages whose wait for TF ran out (they took the fallback)
 
 
 @dataclass
@@ -324,15 +325,23 @@ class MemoryRecorder(Node):
                 # TF did not come in time; until another transform arrives, later messages
                 # take the fallback at once instead of each waiting out its own tf_wait_s.
                 self._tf_stalled_at = (self.poses.last_tf_wall,)
+                self.counters[job.stream].tf_timeouts += 1
                 break
             time.sleep(0.01)
         return self.poses.pose_at(job.t)
 
     def _tf_expected(self) -> bool:
-        """Whether to wait for a transform: not while none has arrived since a wait last ran
-        out. So a robot without TF (or whose TF stopped) costs one wait, not one per message,
-        and the first messages of a replay still wait for its first transforms."""
-        return self._tf_stalled_at != (self.poses.last_tf_wall,)
+        """Whether to wait for a transform. Not while none has arrived since a wait last ran
+        out: a robot without TF (or whose TF stopped) costs one wait, not one per message. Not
+        once TF has flowed for `tf_wait_s` without ever linking world and base (a robot with
+        odometry and no map): that TF will not bring the pose. But the first messages of a
+        replay, or of a localiser that starts a moment after odometry, do wait."""
+        poses = self.poses
+        if self._tf_stalled_at == (poses.last_tf_wall,):
+            return False
+        if poses.first_tf_wall is None or poses.has_world_pose():
+            return True
+        return time.monotonic() - poses.first_tf_wall < self.tf_wait_s
 
     def _before_time_jump(self, job: Job) -> bool:
         return job.epoch != self._epoch

@@ -90,6 +90,22 @@ def test_odometry_in_its_own_frame_on_a_robot_without_tf(recorder):
     assert waited < 3 * TF_WAIT_S, f"each message waited for TF: {waited:.1f} s"
 
 
+def test_tf_without_the_map_does_not_hold_each_message(recorder):
+    """A robot with odometry and odom -> base_link on /tf but no map (no SLAM running): TF keeps
+    coming, yet never links map and base_link. Messages stop waiting for it after one
+    `tf_wait_s` and take the odometry fallback, instead of each waiting in turn."""
+    t0 = time.time()
+    for i in range(13):  # 2.5 tf_wait_s of TF and odometry at 5 Hz
+        t = t0 + 0.2 * i
+        recorder.poses._on_tf(_tf("odom", "base_link", 0.5 * i, t))
+        recorder._on_odom(_odom(0.5 * i, t))
+        time.sleep(0.2)
+    rows = _odom_rows(recorder)
+    assert len(rows) == 13
+    assert all((r["pose"]["frame"], r["pose"]["source"]) == ("odom", "odom") for r in rows)
+    assert recorder.counters["odom"].tf_timeouts <= 1  # not one wait per message
+
+
 @pytest.mark.parametrize("recorder", [["-p", "world_frame:=odom"]], indirect=True)
 def test_odometry_is_the_pose_when_it_is_the_world_frame(recorder):
     t0 = time.time()
