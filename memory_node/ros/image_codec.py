@@ -44,9 +44,9 @@ ENCODINGS: dict[str, tuple[int, int]] = {
 }
 _ALIASES = {"8uc3": "bgr8", "8uc1": "mono8", "16uc1": "mono16", "8uc4": "bgra8",
             "uyvy": "yuv422", "yuyv": "yuv422_yuy2"}
-# OpenCV names a Bayer pattern by the second row's first two pixels; ROS by the first row's.
 _FROM_2CH = {"yuv422": cv2.COLOR_YUV2BGR_UYVY, "yuv422_yuy2": cv2.COLOR_YUV2BGR_YUY2}
 _TO_2CH = {"yuv422": cv2.COLOR_BGR2YUV_UYVY, "yuv422_yuy2": cv2.COLOR_BGR2YUV_YUY2}
+# OpenCV names a Bayer pattern by the second row's first two pixels; ROS by the first row's.
 _FROM_BAYER = {"bayer_rggb8": cv2.COLOR_BayerBG2BGR, "bayer_bggr8": cv2.COLOR_BayerRG2BGR,
                "bayer_gbrg8": cv2.COLOR_BayerGR2BGR, "bayer_grbg8": cv2.COLOR_BayerGB2BGR}
 # Where each Bayer pattern puts B, G, R in its 2x2 cell (row, col) -> BGR channel.
