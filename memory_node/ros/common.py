@@ -110,9 +110,11 @@ class PoseTracker:
         for ts in msg.transforms:
             self.buffer.set_transform(ts, "tf_static", True)
 
-    def on_odom(self, msg: Any) -> None:
+    def on_odom(self, msg: Any, stamp_s: float | None = None) -> None:
+        """Add an odometry sample, at `stamp_s` when given (an unstamped message's arrival),
+        else at its header stamp."""
         p, q = msg.pose.pose.position, msg.pose.pose.orientation
-        t = stamp_to_seconds(msg.header.stamp)
+        t = stamp_to_seconds(msg.header.stamp) if stamp_s is None else stamp_s
         pose = Pose(p.x, p.y, p.z, yaw_from_quaternion(q.x, q.y, q.z, q.w),
                     msg.header.frame_id or "odom", "odom")
         if not all(math.isfinite(v) for v in (t, pose.x, pose.y, pose.z, pose.yaw)):

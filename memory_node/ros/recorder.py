@@ -188,6 +188,7 @@ class MemoryRecorder(Node):
         self._last_stamp: float | None = None
         self._epoch = 0  # counts jumps back of the node clock
         self._jumped_from: float | None = None  # the clock before the last jump back
+        self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
         cb = MutuallyExclusiveCallbackGroup()
         # TF in a group of its own: a burst of image callbacks must not hold up /tf.
         self.poses = PoseTracker(self, g("world_frame").value, g("base_frame").value, None,
@@ -249,14 +250,28 @@ class MemoryRecorder(Node):
         self._last_stamp = now
         return now
 
-    def _on_odom(self, msg: Any) -> None:
-        self.poses.on_odom(msg)
-        self._on_sensor("odom", msg)
+    def _stamp(self, stream: str, msg: Any) -> float:
+        """The message's own stamp; the node clock on arrival for a driver that leaves it zero
+        (said once per stream), so the row is not filed in 1970 nor posed by "latest TF"."""
+        t = stamp_to_seconds(msg.header.stamp)
+        if t > 0.0:
+            return t
+        if stream not in self._unstamped:
+            self._unstamped.add(stream)
+            self.get_logger().warning(f"{stream} messages carry no stamp (zero): stamped with "
+                                      "the node clock on arrival")
+        return node_now(self)
 
-    def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
+    def _on_odom(self, msg: Any) -> None:
+        t = self._stamp("odom", msg)
+        self.poses.on_odom(msg, t)
+        self._on_sensor("odom", msg, t=t)
+
+    def _on_sensor(self, stream: str, msg: Any, kind: str = "", t: float | None = None) -> None:
         c = self.counters[stream]
         c.received += 1
-        t = stamp_to_seconds(msg.header.stamp)
+        if t is None:
+            t = self._stamp(stream, msg)
         with self._lock:
             now = self._check_time()
             epoch = self._epoch

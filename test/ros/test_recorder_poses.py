@@ -126,6 +126,19 @@ def test_odometry_put_on_the_map_once_map_to_odom_is_known(recorder):
     assert all((r["pose"]["frame"], r["pose"]["source"]) == ("map", "odom") for r in rows)
 
 
+def test_unstamped_messages_are_stamped_on_arrival(recorder):
+    """A driver that leaves header.stamp zero: the row is filed at its arrival on the node
+    clock and posed by TF at that time, not in 1970 nor by whatever TF came last."""
+    t0 = time.time()
+    recorder.poses._on_tf(_tf("map", "base_link", 1.0, t0 - 0.4))
+    recorder.poses._on_tf(_tf("map", "base_link", 1.8, t0 + 0.4))  # 1 m/s along x
+    recorder._on_odom(_odom(0.0, 0.0))
+    [row] = _odom_rows(recorder)
+    assert row["t"] == pytest.approx(t0, abs=0.3)
+    assert row["pose"]["source"] == "tf"
+    assert row["pose"]["x"] == pytest.approx(1.4 + (row["t"] - t0), abs=1e-3)
+
+
 @pytest.mark.parametrize("recorder", [["-p", "use_sim_time:=true"]], indirect=True)
 def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(recorder):
     """A bag that loops: a message of the first pass, whether still waiting for its TF when the
