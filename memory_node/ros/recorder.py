@@ -332,10 +332,12 @@ class MemoryRecorder(Node):
         """The pose to store: TF exactly at the message stamp, waiting briefly for a late
         transform; else TF within the tolerance; else odometry at the stamp; else None."""
         deadline = job.enqueued + self.tf_wait_s
-        while self._tf_expected() and not self._before_time_jump(job):
+        while True:
             pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
             if pose is not None:
-                return pose
+                return pose  # the common case: one lookup
+            if not self._tf_expected() or self._before_time_jump(job):
+                break
             if time.monotonic() >= deadline:
                 # TF did not come in time; until another transform arrives, later messages
                 # take the fallback at once instead of each waiting out its own tf_wait_s.
