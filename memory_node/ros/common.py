@@ -16,7 +16,12 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from memory_node.core.config import MemoryConfig
 from memory_node.core.types import Pose
 from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
-from memory_node.ros.tf_buffer import Transform, TransformError, make_tf_buffer
+from memory_node.ros.tf_buffer import (
+    ExtrapolationError,
+    Transform,
+    TransformError,
+    make_tf_buffer,
+)
 
 # Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
 _UNSET = {"memory_dir": "", "onnx_threads": 0}
@@ -175,14 +180,27 @@ class PoseTracker:
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
         return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
 
-    def tf_pose_at(self, stamp_s: float | None, exact: bool = False) -> Pose | None:
-        """TF world ← base at the stamp (within the tolerance unless `exact`), or None."""
+    def tf_pose_at(self, stamp_s: float | None) -> Pose | None:
+        """TF world ← base at the stamp (within the tolerance), or None."""
         try:
             tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s or 0.0,
-                                    0.0 if exact else self.tolerance_s)
+                                    self.tolerance_s)
         except TransformError:
             return None
         return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
+
+    def tf_pose_exact(self, stamp_s: float) -> tuple[Pose | None, bool]:
+        """TF world ← base exactly at the stamp (interpolated, never clamped), and whether a
+        transform for it may still come: not when the stamp lies before the data an edge holds
+        or in a gap of it, which later /tf messages do not fill (a message that came before
+        the first transform, lost /tf samples)."""
+        try:
+            tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s, 0.0)
+        except ExtrapolationError as exc:
+            return None, exc.direction not in ("past", "gap")
+        except TransformError:
+            return None, True
+        return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf"), True
 
     def has_world_pose(self) -> bool:
         """Whether TF links the world frame to the base frame at all (at its latest time)."""

@@ -333,10 +333,10 @@ class MemoryRecorder(Node):
         transform; else TF within the tolerance; else odometry at the stamp; else None."""
         deadline = job.enqueued + self.tf_wait_s
         while True:
-            pose = self.poses.tf_pose_at(job.t, exact=True)  # interpolated, no clamping
+            pose, may_come = self.poses.tf_pose_exact(job.t)
             if pose is not None:
                 return pose  # the common case: one lookup
-            if not self._tf_expected() or self._before_time_jump(job):
+            if not may_come or not self._tf_expected() or self._before_time_jump(job):
                 break
             if time.monotonic() >= deadline:
                 # TF did not come in time; until another transform arrives, later messages

@@ -90,6 +90,21 @@ def test_odometry_in_its_own_frame_on_a_robot_without_tf(recorder):
     assert waited < 3 * TF_WAIT_S, f"each message waited for TF: {waited:.1f} s"
 
 
+def test_no_wait_for_tf_that_cannot_come(recorder):
+    """A message stamped before the first transform (a bag whose sensors start a moment before
+    its TF), or inside a gap of lost /tf samples: no later /tf fills that, so the message takes
+    the fallback at once (TF within the tolerance, else odometry) instead of waiting."""
+    t0 = time.time()
+    for i in range(5):
+        recorder.poses._on_tf(_tf("map", "base_link", 1.0 + 0.1 * i, t0 + 0.05 + 0.1 * i))
+    recorder._on_odom(_odom(0.0, t0))  # 50 ms before the first transform
+    recorder.poses._on_tf(_tf("map", "base_link", 9.0, t0 + 3.0))  # 2.6 s of /tf lost
+    recorder._on_odom(_odom(0.0, t0 + 1.5))  # inside the gap
+    rows = _odom_rows(recorder)
+    assert recorder.counters["odom"].tf_timeouts == 0
+    assert [(r["pose"]["source"], r["pose"]["x"]) for r in rows] == [("tf", 1.0), ("odom", 0.0)]
+
+
 def test_tf_without_the_map_does_not_hold_each_message(recorder):
     """A robot with odometry and odom -> base_link on /tf but no map (no SLAM running): TF keeps
     coming, yet never links map and base_link. Messages stop waiting for it after one
