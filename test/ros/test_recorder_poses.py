@@ -121,24 +121,20 @@ def test_tf_without_the_map_does_not_hold_each_message(recorder):
     assert recorder.counters["odom"].tf_timeouts <= 1  # not one wait per message
 
 
-@pytest.mark.parametrize("recorder", [["-p", "world_frame:=odom"]], indirect=True)
-def test_odometry_is_the_pose_when_it_is_the_world_frame(recorder):
+@pytest.mark.parametrize(
+    ("recorder", "map_odom_x", "want_x", "want_frame"),
+    [(["-p", "world_frame:=odom"], None, [0.0, 0.5, 1.0], "odom"),  # odometry is the world
+     ([], 3.0, [3.0, 3.5, 4.0], "map")],  # put on the map through map -> odom
+    ids=["world-frame-odom", "through-map-odom"], indirect=["recorder"])
+def test_odometry_poses_in_the_world_frame(recorder, map_odom_x, want_x, want_frame):
     t0 = time.time()
+    if map_odom_x is not None:
+        recorder.poses._on_tf(_tf("map", "odom", map_odom_x, t0))
     for i in range(3):
         recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
     rows = _odom_rows(recorder)
-    assert [r["pose"]["x"] for r in rows] == [0.0, 0.5, 1.0]
-    assert all((r["pose"]["frame"], r["pose"]["source"]) == ("odom", "odom") for r in rows)
-
-
-def test_odometry_put_on_the_map_once_map_to_odom_is_known(recorder):
-    t0 = time.time()
-    recorder.poses._on_tf(_tf("map", "odom", 3.0, t0))
-    for i in range(3):
-        recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
-    rows = _odom_rows(recorder)
-    assert [r["pose"]["x"] for r in rows] == [3.0, 3.5, 4.0]
-    assert all((r["pose"]["frame"], r["pose"]["source"]) == ("map", "odom") for r in rows)
+    assert [r["pose"]["x"] for r in rows] == want_x
+    assert all((r["pose"]["frame"], r["pose"]["source"]) == (want_frame, "odom") for r in rows)
 
 
 def test_unstamped_messages_are_stamped_on_arrival(recorder):
