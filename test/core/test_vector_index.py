@@ -34,13 +34,19 @@ def _make(kind: str, **extra):
     return make_index(kind, DIM)
 
 
+def _built(kind: str, ids: np.ndarray, vecs: np.ndarray, **extra):
+    """An index of `kind` holding `vecs` under `ids`."""
+    idx = _make(kind, **extra)
+    idx.add(ids, vecs)
+    return idx
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_restricted_search_is_exact(kind):
     rng = np.random.default_rng(1)
     ids = np.arange(10, 1010, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _make(kind)
-    idx.add(ids, vecs)
+    idx = _built(kind, ids, vecs)
     assert len(idx) == len(ids)
     for trial in range(20):
         q = _unit(rng, 1)[0]
@@ -56,8 +62,7 @@ def test_unrestricted_search_recall(kind):
     rng = np.random.default_rng(2)
     ids = np.arange(2000, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _make(kind)
-    idx.add(ids, vecs)
+    idx = _built(kind, ids, vecs)
     hits = 0
     for _ in range(30):
         q = _unit(rng, 1)[0]
@@ -73,8 +78,7 @@ def test_remove_and_readd(kind):
     rng = np.random.default_rng(3)
     ids = np.arange(200, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _make(kind)
-    idx.add(ids, vecs)
+    idx = _built(kind, ids, vecs)
     q = vecs[17]
     assert idx.search(q, 1)[0][0] == 17
     assert idx.remove(np.array([17])) == 1
@@ -104,22 +108,19 @@ def test_saved_graph_reused_only_with_the_same_settings(kind, tmp_path):
     rng = np.random.default_rng(4)
     ids = np.arange(1000, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    built = _make(kind)
-    built.add(ids, vecs)
+    built = _built(kind, ids, vecs)
     q = vecs[3]
     want = built.search(q, 5)
     assert built.save_graph(tmp_path / "g.hnsw")
-    same = _make(kind)
-    same.add(ids, vecs)
+    same = _built(kind, ids, vecs)
     assert same.load_graph(tmp_path / "g.hnsw") and not same.exact
     got = same.search(q, 5)
     assert got[0].tolist() == want[0].tolist()
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
-    other_m = _make(kind, m=16)  # built with other settings: rebuilt, never adopted
-    other_m.add(ids, vecs)
+    # Built with other settings: rebuilt, never adopted.
+    other_m = _built(kind, ids, vecs, m=16)
     assert not other_m.load_graph(tmp_path / "g.hnsw")
-    other_storage = _make("hnsw-flat" if kind == "hnsw" else "hnsw")
-    other_storage.add(ids, vecs)
+    other_storage = _built("hnsw-flat" if kind == "hnsw" else "hnsw", ids, vecs)
     assert not other_storage.load_graph(tmp_path / "g.hnsw")
     assert other_storage.search(q, 5)[0].tolist() == want[0].tolist()
 
@@ -128,8 +129,7 @@ def test_eight_bit_graph_scores_are_exact_after_rescoring():
     rng = np.random.default_rng(5)
     ids = np.arange(3000, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _make("hnsw")
-    idx.add(ids, vecs)
+    idx = _built("hnsw", ids, vecs)
     for _ in range(10):
         q = _unit(rng, 1)[0]
         got, scores = idx.search(q, 5)
