@@ -15,7 +15,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from memory_node.core.config import MemoryConfig
 from memory_node.core.types import Pose
-from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
+from memory_node.ros.geometry import normalize_angle, stamp_to_seconds, yaw_from_quaternion
 from memory_node.ros.tf_buffer import (
     ExtrapolationError,
     Transform,
@@ -154,10 +154,9 @@ class PoseTracker:
                                   and t1 - t0 > self.odom_max_gap_s):
             return a if stamp_s - t0 <= t1 - stamp_s else b  # no pose invented across a gap
         r = (stamp_s - t0) / (t1 - t0) if t1 > t0 else 0.0
-        dyaw = math.atan2(math.sin(b.yaw - a.yaw), math.cos(b.yaw - a.yaw))
+        dyaw = normalize_angle(b.yaw - a.yaw)
         return Pose(a.x + r * (b.x - a.x), a.y + r * (b.y - a.y), a.z + r * (b.z - a.z),
-                    math.atan2(math.sin(a.yaw + r * dyaw), math.cos(a.yaw + r * dyaw)),
-                    a.frame, "odom")
+                    normalize_angle(a.yaw + r * dyaw), a.frame, "odom")
 
     def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry at the stamp in the world frame, through world ← odom at that stamp (the

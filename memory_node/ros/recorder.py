@@ -37,7 +37,7 @@ from memory_node.ros.common import (
     engine_config_from_params,
     node_now,
 )
-from memory_node.ros.geometry import stamp_to_seconds
+from memory_node.ros.geometry import normalize_angle, stamp_to_seconds
 
 STREAMS = ("camera", "lidar", "odom")
 
@@ -75,8 +75,7 @@ class Gate:
             return self._take(t, pose, view)
         if pose is not None and self.last_pose is not None:
             moved = math.hypot(pose.x - self.last_pose.x, pose.y - self.last_pose.y)
-            turned = abs(math.atan2(math.sin(pose.yaw - self.last_pose.yaw),
-                                    math.cos(pose.yaw - self.last_pose.yaw)))
+            turned = abs(normalize_angle(pose.yaw - self.last_pose.yaw))
             if moved >= self.min_distance or turned >= self.min_yaw:
                 return self._take(t, pose, view)
         elif pose is not None and self.last_pose is None:
