@@ -87,11 +87,11 @@ class MemoryConfig:
             raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
         for name, fld in known.items():
             if name in values and values[name] is not None and values[name] != "":
-                kwargs[name] = _coerce(name, values[name], fld.default)
+                kwargs[name] = coerce_value(name, values[name], fld.default)
         if "memory_dir" not in kwargs and env.get("AGENT_MEMORY_DIR"):
             kwargs["memory_dir"] = env["AGENT_MEMORY_DIR"]
         if "onnx_threads" not in kwargs and env.get("MEMSEARCH_ONNX_THREADS"):
-            kwargs["onnx_threads"] = _coerce("onnx_threads", env["MEMSEARCH_ONNX_THREADS"], 1)
+            kwargs["onnx_threads"] = coerce_value("onnx_threads", env["MEMSEARCH_ONNX_THREADS"], 1)
         cfg = cls(**kwargs)
         cfg.validate()
         return cfg
@@ -151,7 +151,7 @@ class MemoryConfig:
         return d
 
 
-def _coerce(name: str, value: Any, default: Any) -> Any:
+def coerce_value(name: str, value: Any, default: Any) -> Any:
     """Convert a YAML/parameter value to the type of the field's default, strictly."""
     try:
         if isinstance(default, bool):

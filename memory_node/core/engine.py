@@ -251,6 +251,9 @@ class MemoryEngine:
             if pose is None:
                 raise Unavailable("near_here: the robot's current pose is unknown (no TF "
                                   "from the world frame to the base frame yet)")
+            if pose.stale:
+                raise Unavailable(f"near_here: the robot's newest pose is {pose.age_s:.2f} s old "
+                                  "(older than max_pose_age_s): TF is not arriving or lags")
             req.near = (pose.x, pose.y)
         return req
 

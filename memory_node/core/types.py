@@ -19,9 +19,13 @@ class Pose:
     yaw: float = 0.0
     frame: str = "map"
     source: str = "tf"
+    # A pose taken at "now" (a save, near_here): the age of the newest transform it used, and
+    # whether that is older than the configured bound. Not stored; not part of equality.
+    age_s: float | None = field(default=None, compare=False)
+    stale: bool = field(default=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "x": round(float(self.x), 4),
             "y": round(float(self.y), 4),
             "z": round(float(self.z), 4),
@@ -29,6 +33,11 @@ class Pose:
             "frame": self.frame,
             "source": self.source,
         }
+        if self.age_s is not None:
+            out["age_s"] = round(float(self.age_s), 3)
+            if self.stale:
+                out["stale"] = True
+        return out
 
     @property
     def heading_deg(self) -> float:

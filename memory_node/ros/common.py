@@ -15,16 +15,15 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from memory_node.core.config import MemoryConfig
 from memory_node.core.types import Pose
+from memory_node.ros import params
 from memory_node.ros.geometry import normalize_angle, stamp_to_seconds, yaw_from_quaternion
 from memory_node.ros.tf_buffer import (
     ExtrapolationError,
     Transform,
+    TransformBuffer,
     TransformError,
-    make_tf_buffer,
 )
-
-# Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
-_UNSET = {"memory_dir": "", "onnx_threads": 0}
+from memory_node.ros.tf_wire import TfEdgeFilter, TfWireError, WireTransform, parse_tf_message
 
 # Deep: when a busy process falls behind, DDS drops the oldest samples past this depth, and
 # lost /tf samples are gaps in the pose history.
@@ -42,78 +41,151 @@ def node_now(node: Node) -> float:
     return node.get_clock().now().nanoseconds * 1e-9
 
 
-def declare_engine_params(node: Node) -> None:
+def declare_engine_params(node: Node) -> dict[str, Any]:
     """One ROS parameter per MemoryConfig field (same names as config/memory.yaml)."""
-    for f in dataclasses.fields(MemoryConfig):
-        if node.has_parameter(f.name):
-            continue
-        default = _UNSET.get(f.name, f.default)
-        if isinstance(default, tuple):
-            default = list(default)
-        node.declare_parameter(f.name, default)
+    return params.declare(node, params.engine_param_table())
 
 
 def engine_config_from_params(node: Node) -> MemoryConfig:
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(MemoryConfig):
-        value = node.get_parameter(f.name).value
-        if f.name in _UNSET and value == _UNSET[f.name]:
-            continue
-        values[f.name] = value
-    return MemoryConfig.from_mapping(values)
+    """The engine's configuration from the node's parameters (ConfigError when invalid)."""
+    values = declare_engine_params(node)
+    return MemoryConfig.from_mapping(
+        {k: v for k, v in values.items() if params.ENGINE_UNSET.get(k, object()) != v})
+
+
+def pose_tracker_from_params(node: Node, host: Node | None = None, **kwargs: Any) -> PoseTracker:
+    """The process's TF listener, configured from `node`'s pose parameters and subscribed on
+    `host` (default: the same node)."""
+    p = params.declare(node, params.POSE_PARAMS)
+    return PoseTracker(host or node, p["world_frame"], p["base_frame"],
+                       kwargs.pop("odom_topic", p["odom_topic"]), p["tf_tolerance_s"],
+                       cache_s=p["tf_cache_s"], max_gap_s=p["tf_max_gap_s"],
+                       max_pose_age_s=p["max_pose_age_s"], **kwargs)
 
 
 # Odometry samples kept for looking a pose up at a message stamp (a few seconds at 50 Hz).
 ODOM_HISTORY = 500
+# The node name of the TF listener a process shares (see `start_tf_listener`).
+TF_LISTENER_NODE = "memory_tf_listener"
+
+
+class _Freshness:
+    """How old the newest sample of each source is, on the node clock.
+
+    A sample's age is `now - stamp - offset`, where `offset` is the smallest receipt-minus-stamp
+    delay seen lately: a listener that falls behind /tf shows as age (its samples arrive ever
+    later than stamped), while a publisher whose stamps run on another clock (a skewed RTC, a
+    simulator's header time) does not make every pose stale.
+    """
+
+    WINDOW_S = 30.0
+
+    def __init__(self) -> None:
+        # key -> [latest stamp, offset of this window, offset of the last window, window start]
+        self._seen: dict[str, list[float]] = {}
+
+    def seen(self, key: str, stamp: float, now: float) -> None:
+        entry = self._seen.get(key)
+        delay = now - stamp
+        if entry is None or now < entry[3]:  # new source, or the clock jumped back
+            self._seen[key] = [stamp, delay, delay, now]
+            return
+        entry[0] = max(entry[0], stamp)
+        if now - entry[3] > self.WINDOW_S:
+            entry[1], entry[2], entry[3] = delay, entry[1], now
+        else:
+            entry[1] = min(entry[1], delay)
+
+    def age(self, key: str, now: float) -> float | None:
+        entry = self._seen.get(key)
+        if entry is None:
+            return None
+        return max(0.0, now - entry[0] - min(entry[1], entry[2]))
+
+    def clear(self) -> None:
+        self._seen.clear()
 
 
 class PoseTracker:
     """The robot's world pose from TF (world ← base), with odometry as fallback.
 
-    Uses tf2_ros on a robot's own ROS install, the package's TF buffer elsewhere. Odometry is
-    kept as a short history so the fallback pose is the one at a message's stamp (the latest
-    odometry for a stamp just newer than all of it), not whatever arrived last.
+    One per process (`start_tf_listener`), shared by the recorder and the query server: each
+    /tf message is read once, from its bytes (`tf_wire`), and joint transforms below the base
+    frame are dropped before they cost anything. Always the package's own TF buffer — the one
+    TF path, tested here and used on robots alike. Odometry is kept as a short history so the
+    fallback pose is the one at a message's stamp, not whatever arrived last.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
                  odom_topic: str | None, tolerance_s: float = 0.5, callback_group: Any = None,
-                 cache_s: float = 10.0, max_gap_s: float | None = None):
+                 cache_s: float = 10.0, max_gap_s: float | None = None,
+                 max_pose_age_s: float = 0.5, keep_frames: tuple[str, ...] = ()):
         from nav_msgs.msg import Odometry
         from tf2_msgs.msg import TFMessage
 
         self.node = node
         self.world_frame, self.base_frame = world_frame, base_frame
         self.tolerance_s = tolerance_s
-        self.buffer = make_tf_buffer(cache_s, node=node)
-        if max_gap_s is not None and hasattr(self.buffer, "max_gap_s"):
-            self.buffer.max_gap_s = max_gap_s
+        self.max_pose_age_s = max_pose_age_s
+        self.buffer = TransformBuffer(cache_s)
+        self.buffer.max_gap_s = max_gap_s
+        self.edge_filter = TfEdgeFilter(base_frame, keep_frames)
         self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
         self.first_tf_wall: float | None = None  # ... and of the first
+        self.tf_messages = 0  # /tf messages read
+        self.tf_edges = 0  # transforms stored (after the filter)
+        self.tf_malformed = 0
+        self.latest_tf_stamp: float | None = None  # newest stamp on /tf (its timeline)
+        self._fresh = _Freshness()
         self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
         self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
         self.odom_max_gap_s = max_gap_s
         self._lock = threading.Lock()
-        node.create_subscription(TFMessage, "/tf", self._on_tf, TF_QOS,
-                                 callback_group=callback_group)
-        node.create_subscription(TFMessage, "/tf_static", self._on_tf_static, TF_STATIC_QOS,
-                                 callback_group=callback_group)
+        # raw=True: the callback gets the CDR bytes, read by tf_wire (no message objects).
+        node.create_subscription(TFMessage, "/tf", self.on_tf, TF_QOS,
+                                 callback_group=callback_group, raw=True)
+        node.create_subscription(TFMessage, "/tf_static", self.on_tf_static, TF_STATIC_QOS,
+                                 callback_group=callback_group, raw=True)
         if odom_topic:
             node.create_subscription(Odometry, odom_topic, self.on_odom, 20,
                                      callback_group=callback_group)
 
-    def _on_tf(self, msg: Any) -> None:
+    def _read(self, data: bytes, is_static: bool) -> list[WireTransform]:
+        try:
+            return parse_tf_message(data, None if is_static else self.edge_filter)
+        except TfWireError as exc:
+            self.tf_malformed += 1
+            if self.tf_malformed == 1:
+                self.node.get_logger().warning(f"ignoring a malformed TF message: {exc}")
+            return []
+
+    def on_tf(self, data: bytes) -> None:
+        """A serialized /tf message (a raw subscription's callback)."""
         self.last_tf_wall = time.monotonic()
         if self.first_tf_wall is None:
             self.first_tf_wall = self.last_tf_wall
-        if self.buffer.on_time(node_now(self.node)):
+        now = node_now(self.node)
+        if self.buffer.on_time(now):
+            self._fresh.clear()
+            self.latest_tf_stamp = None
             self.node.get_logger().warning("time jumped back: TF buffer cleared")
-        for ts in msg.transforms:
-            self.buffer.set_transform(ts, "tf", False)
+        self.tf_messages += 1
+        for e in self._read(data, False):
+            if self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
+                                    "tf", False):
+                self.tf_edges += 1
+                self._fresh.seen(e.child, e.stamp, now)
+                if self.latest_tf_stamp is None or e.stamp > self.latest_tf_stamp:
+                    self.latest_tf_stamp = e.stamp
 
+    def on_tf_static(self, data: bytes) -> None:
+        for e in self._read(data, True):
+            self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
+                                 "tf_static", True)
 
-    def _on_tf_static(self, msg: Any) -> None:
-        for ts in msg.transforms:
-            self.buffer.set_transform(ts, "tf_static", True)
+    def tf_stats(self) -> dict[str, int]:
+        return {"tf_messages": self.tf_messages, "tf_edges": self.tf_edges,
+                "tf_filtered": self.edge_filter.dropped, "tf_malformed": self.tf_malformed}
 
     def on_odom(self, msg: Any, stamp_s: float | None = None) -> None:
         """Add an odometry sample, at `stamp_s` when given (an unstamped message's arrival),
@@ -133,6 +205,7 @@ class PoseTracker:
                     return  # out of order: keep the history sorted
             self._odom.append(pose)
             self._odom_t.append(t)
+        self._fresh.seen("odom", t, node_now(self.node))
 
     def odom_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry (in its own frame) at the stamp: interpolated between the samples around
@@ -210,4 +283,24 @@ class PoseTracker:
         return self.tf_pose_at(stamp_s) or self.odom_pose_at(stamp_s)
 
     def current_pose(self) -> Pose | None:
-        return self.pose_at(None)
+        """The pose at the node clock's now: TF at its latest time, else the latest odometry;
+        with `age_s`, the age of the newest sample it used, and `stale` past max_pose_age_s."""
+        now = node_now(self.node)
+        pose = self.tf_pose_at(None)
+        keys = self._tf_chain() if pose is not None else ["odom"]
+        if pose is None:
+            pose = self.odom_pose_at(None)
+            if pose is None:
+                return None
+        ages = [a for a in (self._fresh.age(k, now) for k in keys) if a is not None]
+        age = max(ages, default=0.0)  # a static-only chain is always current
+        return dataclasses.replace(pose, age_s=age, stale=age > self.max_pose_age_s)
+
+    def _tf_chain(self) -> list[str]:
+        """The frames from the base frame up towards the world frame (each an edge's child)."""
+        parents = self.buffer.frames()
+        chain, frame = [], self.base_frame
+        while frame != self.world_frame and frame in parents and len(chain) < 64:
+            chain.append(frame)
+            frame = parents[frame]
+        return chain

@@ -31,13 +31,16 @@ from std_msgs.msg import String
 
 from memory_node.core.engine import CameraFrame, MemoryEngine
 from memory_node.core.types import Pose
+from memory_node.ros import params
 from memory_node.ros.common import (
     PoseTracker,
     declare_engine_params,
     engine_config_from_params,
     node_now,
+    pose_tracker_from_params,
 )
 from memory_node.ros.geometry import normalize_angle, stamp_to_seconds
+from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
 
 STREAMS = ("camera", "lidar", "odom")
 
@@ -124,63 +127,57 @@ class Job:
     enqueued: float = field(default_factory=time.monotonic)
     pose: Pose | None = None
     epoch: int = 0  # time jumps back seen before the message arrived
+    lookup_t: float = 0.0  # the stamp TF and odometry are looked up at (see _stamp)
+
+
+def _type_name(msg_type: Any) -> str:
+    """'sensor_msgs/msg/Image' for the class, as the ROS graph names types."""
+    module = msg_type.__module__.split(".")
+    return f"{module[0]}/{module[1]}/{msg_type.__name__}"
+
+
+@dataclass
+class TopicWatch:
+    """When a configured topic last delivered, and what was said about it."""
+
+    topic: str
+    type_name: str
+    last: float = field(default_factory=time.monotonic)  # start counts as "heard"
+    status: str = "recording"
+    heard: bool = False
 
 
 class MemoryRecorder(Node):
+    """`poses`: the process's TF listener when another node owns it (memory-node); by default
+    the recorder listens to TF itself. Raises ParameterError for a parameter that cannot be
+    used (before subscribing to anything)."""
+
     def __init__(self, node_name: str = "memory_recorder", *, engine: MemoryEngine | None = None,
-                 **kwargs: Any):
+                 poses: PoseTracker | None = None, **kwargs: Any):
         super().__init__(node_name, **kwargs)
-        p = self.declare_parameter
-        p("camera_topic", "/camera/image_raw")
-        p("compressed_topic", "/camera/image_raw/compressed")
-        p("use_compressed", False)
-        p("lidar_topic", "/lidar/points")
-        p("odom_topic", "/odom")
-        p("world_frame", "map")
-        p("base_frame", "base_link")
-        p("tf_tolerance_s", 0.5)
-        p("min_distance", 0.5)
-        p("min_yaw", 0.5)
-        p("max_interval", 10.0)
-        # Camera only: keep a frame whose view changed this much (mean grey difference, 0..1)
-        # since the last kept one, at most one per min_view_interval seconds; 0 turns it off.
-        p("min_view_change", 0.06)
-        p("min_view_interval", 1.0)
-        p("lidar_voxel", 0.1)
-        p("queue_size", 16)
-        # Messages waiting for their pose and the gate (references, not copies): enough for
-        # tf_wait_s of every sensor at full rate.
-        p("pending_size", 256)
-        p("batch_size", 4)
-        p("sensor_reliability", "best_effort")
-        p("stats_period_s", 5.0)
-        # A frame's TF may arrive after the frame itself (another topic, a busy CPU): the
-        # gate waits up to this long (wall time) for it before falling back to odometry.
-        p("tf_wait_s", 2.0)
-        # TF history kept for the worker: it looks poses up at stamps that can lie seconds in
-        # the past when it is behind (a burst of keyframes, a busy CPU).
-        p("tf_cache_s", 60.0)
-        # TF samples further apart than this are a gap (lost messages): no pose is invented
-        # by interpolating across it.
-        p("tf_max_gap_s", 1.0)
+        cfg = params.declare(self, params.RECORDER_PARAMS)
+        cfg.update(params.declare(self, params.POSE_PARAMS))
         declare_engine_params(self)
-        g = self.get_parameter
+        params.warn_unknown(self)
+        self.settings = cfg
         self.counters = {s: StreamCounters() for s in STREAMS}
-        self.gates = {s: Gate(g("min_distance").value, g("min_yaw").value,
-                              g("max_interval").value) for s in STREAMS}
-        self.gates["camera"].min_view_change = float(g("min_view_change").value)
-        self.gates["camera"].min_view_interval = float(g("min_view_interval").value)
+        self.gates = {s: Gate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
+                      for s in STREAMS}
+        self.gates["camera"].min_view_change = cfg["min_view_change"]
+        self.gates["camera"].min_view_interval = cfg["min_view_interval"]
         self._own_engine = engine is None
         if engine is None:
             engine = MemoryEngine(engine_config_from_params(self),
                                   clock=lambda: node_now(self))
         self.engine = engine
-        self.voxel = float(g("lidar_voxel").value)
-        self.batch_size = max(1, int(g("batch_size").value))
-        self.tf_wait_s = float(g("tf_wait_s").value)
-        self._pending: queue.Queue[Job | None] = queue.Queue(
-            maxsize=max(1, int(g("pending_size").value)))
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=int(g("queue_size").value))
+        self.voxel = cfg["lidar_voxel"]
+        self.batch_size = max(1, cfg["batch_size"])
+        self.tf_wait_s = cfg["tf_wait_s"]
+        self.stamp_source = cfg["stamp_source"]
+        self.stamp_max_offset_s = cfg["stamp_max_offset_s"]
+        self.topic_timeout_s = cfg["topic_timeout_s"]
+        self._pending: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, cfg["pending_size"]))
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, cfg["queue_size"]))
         # (last_tf_wall,) when a TF wait last ran out; None while none has.
         self._tf_stalled_at: tuple[float | None] | None = None
         self._lock = threading.Lock()
@@ -188,35 +185,39 @@ class MemoryRecorder(Node):
         self._epoch = 0  # counts jumps back of the node clock
         self._jumped_from: float | None = None  # the clock before the last jump back
         self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
+        self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
         cb = MutuallyExclusiveCallbackGroup()
-        # TF in a group of its own: a burst of image callbacks must not hold up /tf.
-        self.poses = PoseTracker(self, g("world_frame").value, g("base_frame").value, None,
-                                 g("tf_tolerance_s").value,
-                                 callback_group=MutuallyExclusiveCallbackGroup(),
-                                 cache_s=float(g("tf_cache_s").value),
-                                 max_gap_s=float(g("tf_max_gap_s").value))
-        reliability = (ReliabilityPolicy.RELIABLE
-                       if g("sensor_reliability").value == "reliable"
+        # TF in a group of its own: a burst of image callbacks must not hold up /tf. The
+        # recorder feeds odometry to the tracker itself (it subscribes to it anyway).
+        self.poses = poses or pose_tracker_from_params(
+            self, odom_topic=None, callback_group=MutuallyExclusiveCallbackGroup())
+        reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         sensor_qos = QoSProfile(depth=10, reliability=reliability)
         from nav_msgs.msg import Odometry
         from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 
-        if g("use_compressed").value:
-            self.create_subscription(CompressedImage, g("compressed_topic").value,
-                                     lambda m: self._on_sensor("camera", m, "compressed"),
-                                     sensor_qos, callback_group=cb)
-        else:
-            self.create_subscription(Image, g("camera_topic").value,
-                                     lambda m: self._on_sensor("camera", m, "raw"),
-                                     sensor_qos, callback_group=cb)
-        self.create_subscription(PointCloud2, g("lidar_topic").value,
-                                 lambda m: self._on_sensor("lidar", m), sensor_qos,
-                                 callback_group=cb)
-        self.create_subscription(Odometry, g("odom_topic").value, self._on_odom, 50,
-                                 callback_group=cb)
+        compressed = cfg["use_compressed"]
+        subscriptions = {  # stream: (topic, message class, callback, QoS)
+            "camera": (cfg["compressed_topic"] if compressed else cfg["camera_topic"],
+                       CompressedImage if compressed else Image,
+                       lambda m: self._on_sensor("camera", m, "compressed" if compressed
+                                                 else "raw"), sensor_qos),
+            "lidar": (cfg["lidar_topic"], PointCloud2, lambda m: self._on_sensor("lidar", m),
+                      sensor_qos),
+            "odom": (cfg["odom_topic"], Odometry, self._on_odom, 50),
+        }
+        self.watches: dict[str, TopicWatch | None] = {}
+        for stream, (topic, msg_type, callback, qos) in subscriptions.items():
+            if not topic:  # an empty topic turns the stream off
+                self.watches[stream] = None
+                continue
+            self.watches[stream] = TopicWatch(topic, _type_name(msg_type))
+            self.create_subscription(msg_type, topic, callback, qos, callback_group=cb)
+        self._tf_watch = TopicWatch("/tf", "tf2_msgs/msg/TFMessage")
         self.stats_pub = self.create_publisher(String, "/memory/recorder_stats", 10)
-        self.create_timer(float(g("stats_period_s").value), self._publish_stats)
+        self.create_timer(cfg["stats_period_s"], self._publish_stats)
+        self.create_timer(min(1.0, self.topic_timeout_s / 2), self._watch_topics)
         self._stop = threading.Event()
         self._gate_thread = threading.Thread(target=self._gate_loop, name="memory-recorder-gate",
                                              daemon=True)
@@ -224,9 +225,9 @@ class MemoryRecorder(Node):
                                         daemon=True)
         self._gate_thread.start()
         self._worker.start()
-        self.get_logger().info(
-            f"recording {g('camera_topic').value if not g('use_compressed').value else g('compressed_topic').value}, "  # noqa: E501
-            f"{g('lidar_topic').value}, {g('odom_topic').value} into {engine.config.root}")
+        topics = ", ".join(f"{s} {w.topic}" for s, w in self.watches.items() if w) or "nothing"
+        self.get_logger().info(f"recording {topics} into {engine.config.root} "
+                               f"(stamps: {self.stamp_source})")
 
     def _count(self, stream: str, counter: str, n: int = 1) -> None:
         """Counters more than one thread adds to (drops, failures) change under the lock."""
@@ -249,37 +250,121 @@ class MemoryRecorder(Node):
         self._last_stamp = now
         return now
 
-    def _stamp(self, stream: str, msg: Any) -> float:
-        """The message's own stamp; the node clock on arrival for a driver that leaves it zero
-        (said once per stream), so the row is not filed in 1970 nor posed by "latest TF"."""
-        t = stamp_to_seconds(msg.header.stamp)
-        if t > 0.0:
-            return t
-        if stream not in self._unstamped:
-            self._unstamped.add(stream)
-            self.get_logger().warning(f"{stream} messages carry no stamp (zero): stamped with "
-                                      "the node clock on arrival")
-        return node_now(self)
+    def _stamp(self, stream: str, msg: Any) -> tuple[float, float]:
+        """(the time to store, the time to look TF and odometry up at).
+
+        Stored: the header stamp (`stamp_source: header`), the node clock on arrival
+        (`receipt`), or by default the header stamp unless it is further than
+        `stamp_max_offset_s` from the node clock — a simulator's header time beside a wall
+        /clock, a robot with a wrong RTC — then the arrival time, said once per stream, so
+        observations, notes and "seconds ago" share one clock. Poses are looked up on the
+        timeline TF runs on, which is the headers' as long as TF's stamps are near them.
+        A driver that leaves the stamp zero gets the arrival time for both (said once).
+        """
+        header = stamp_to_seconds(msg.header.stamp)
+        now = node_now(self)
+        if header <= 0.0:
+            if stream not in self._unstamped:
+                self._unstamped.add(stream)
+                self.get_logger().warning(f"{stream} messages carry no stamp (zero): stamped "
+                                          "with the node clock on arrival")
+            return now, now
+        lookup = header
+        latest_tf = self.poses.latest_tf_stamp
+        if latest_tf is not None and abs(header - latest_tf) > self.stamp_max_offset_s:
+            lookup = now  # TF runs on the node clock, these headers on another
+        if self.stamp_source == "header":
+            return header, lookup
+        offset = header - now
+        if self.stamp_source == "auto" and abs(offset) <= self.stamp_max_offset_s:
+            return header, lookup
+        if stream not in self._restamped:
+            self._restamped.add(stream)
+            why = ("stamp_source is receipt" if self.stamp_source == "receipt" else
+                   f"its header stamps are {offset:+.1f} s from the node clock (more than "
+                   f"stamp_max_offset_s = {self.stamp_max_offset_s:g})")
+            self.get_logger().warning(
+                f"{stream}: storing arrival times on the node clock, since {why}; notes and "
+                "'seconds ago' use that clock too (set stamp_source: header to keep them)")
+        return now, lookup
 
     def _on_odom(self, msg: Any) -> None:
-        t = self._stamp("odom", msg)
-        self.poses.on_odom(msg, t)
-        self._on_sensor("odom", msg, t=t)
+        t, lookup = self._stamp("odom", msg)
+        self.poses.on_odom(msg, lookup)
+        self._on_sensor("odom", msg, stamps=(t, lookup))
 
-    def _on_sensor(self, stream: str, msg: Any, kind: str = "", t: float | None = None) -> None:
+    def _on_sensor(self, stream: str, msg: Any, kind: str = "",
+                   stamps: tuple[float, float] | None = None) -> None:
         c = self.counters[stream]
         c.received += 1
-        if t is None:
-            t = self._stamp(stream, msg)
+        watch = self.watches.get(stream)
+        if watch is not None:
+            watch.last, watch.heard = time.monotonic(), True
+        t, lookup = stamps or self._stamp(stream, msg)
         with self._lock:
             now = self._check_time()
             epoch = self._epoch
             if self._jumped_from is not None and now + 1.0 < t <= self._jumped_from + 1.0:
                 epoch -= 1  # stamped on the timeline before the jump, delivered after it
         try:
-            self._pending.put_nowait(Job(stream, t, msg, kind, epoch=epoch))
+            self._pending.put_nowait(Job(stream, t, msg, kind, epoch=epoch, lookup_t=lookup))
         except queue.Full:
             self._count(stream, "dropped")
+
+    # ---- watchdog ---------------------------------------------------------------------------
+    def _watch_topics(self) -> None:
+        """Say when a configured topic stays silent (and what else of its type exists), and
+        when TF never links the world frame to the base frame; the state goes out in the
+        stats and the streams answer."""
+        now = time.monotonic()
+        changed = False
+        for stream, watch in self.watches.items():
+            if watch is None:
+                continue
+            if now - watch.last <= self.topic_timeout_s:
+                status = "recording" if watch.heard else watch.status
+            elif self.count_publishers(watch.topic) == 0:
+                status = "no_publisher"
+            else:
+                status = "silent"
+            if status == watch.status:
+                continue
+            changed = True
+            if status == "recording":
+                self.get_logger().info(f"{stream}: receiving {watch.topic} again")
+            else:
+                others = sorted(name for name, types in self.get_topic_names_and_types()
+                                if watch.type_name in types and name != watch.topic)
+                kind = watch.type_name.rsplit("/", 1)[-1]
+                self.get_logger().warning(
+                    f"no messages on {watch.topic} for {self.topic_timeout_s:g} s "
+                    f"({'no publisher' if status == 'no_publisher' else 'publisher silent'}); "
+                    f"{kind} topics: {', '.join(others) or 'none'}")
+            watch.status = status
+        tf_status = self._tf_status(now)
+        if tf_status != self._tf_watch.status:
+            changed = True
+            poses = self.poses
+            if tf_status == "recording":
+                self.get_logger().info(f"TF now links {poses.world_frame} and {poses.base_frame}")
+            else:
+                frames = poses.buffer.frames()
+                self.get_logger().warning(
+                    f"no transform {poses.world_frame} <- {poses.base_frame} for "
+                    f"{self.topic_timeout_s:g} s (frames on TF: "
+                    f"{', '.join(f'{p}->{c}' for c, p in sorted(frames.items())) or 'none'}); "
+                    "poses fall back to odometry")
+            self._tf_watch.status = tf_status
+        if changed:
+            self._publish_stats()
+
+    def _tf_status(self, now: float) -> str:
+        if self.poses.has_world_pose():
+            self._tf_watch.last, self._tf_watch.heard = now, True
+            return "recording"
+        if now - self._tf_watch.last <= self.topic_timeout_s:
+            return self._tf_watch.status
+        return "no_publisher" if self.poses.last_tf_wall is None else "silent"
 
     def _jobs(self, q: queue.Queue[Job | None]) -> Iterator[Job]:
         """Jobs from a stage's queue until close() (the stop flag, or None in the queue)."""
@@ -332,7 +417,7 @@ class MemoryRecorder(Node):
         transform; else TF within the tolerance; else odometry at the stamp; else None."""
         deadline = job.enqueued + self.tf_wait_s
         while True:
-            pose, may_come = self.poses.tf_pose_exact(job.t)
+            pose, may_come = self.poses.tf_pose_exact(job.lookup_t)
             if pose is not None:
                 return pose  # the common case: one lookup
             if not may_come or not self._tf_expected() or self._before_time_jump(job):
@@ -344,7 +429,7 @@ class MemoryRecorder(Node):
                 self.counters[job.stream].tf_timeouts += 1
                 break
             time.sleep(0.01)
-        return self.poses.pose_at(job.t)
+        return self.poses.pose_at(job.lookup_t)
 
     def _tf_expected(self) -> bool:
         """Whether to wait for a transform. Not while none has arrived since a wait last ran
@@ -407,8 +492,16 @@ class MemoryRecorder(Node):
                     self.get_logger().warning(f"{len(frames)} camera frame(s) not stored: {exc}")
 
     def stats(self) -> dict[str, Any]:
-        return {s: c.__dict__.copy() for s, c in self.counters.items()} | {
-            "queue": self._queue.qsize(), "pending": self._pending.qsize()}
+        out: dict[str, Any] = {}
+        for stream, c in self.counters.items():
+            watch = self.watches.get(stream)
+            out[stream] = c.__dict__.copy() | (
+                {"status": watch.status, "topic": watch.topic} if watch
+                else {"status": "not_configured", "topic": None})
+        poses = self.poses
+        return out | {"queue": self._queue.qsize(), "pending": self._pending.qsize(),
+                      "tf": {"status": self._tf_watch.status, "world_frame": poses.world_frame,
+                             "base_frame": poses.base_frame, **poses.tf_stats()}}
 
     def _publish_stats(self) -> None:
         self.stats_pub.publish(String(data=json.dumps(self.stats())))
@@ -430,29 +523,51 @@ class MemoryRecorder(Node):
             time.sleep(0.05)
         return False
 
-    def close(self) -> None:
-        self.drain(10.0)
+    def close(self, drain_s: float = 2.0) -> None:
+        """Store what is already in hand (for at most `drain_s`), stop the threads and log
+        the counters. Bounded, so one SIGINT ends the process within seconds even right after
+        a heavy replay; what did not make it is counted as dropped."""
+        if not self.drain(drain_s):
+            self.get_logger().warning(f"stopping with {self._pending.qsize()} message(s) and "
+                                      f"{self._queue.qsize()} keyframe(s) not stored")
         self._stop.set()
         for q in (self._pending, self._queue):
             try:
                 q.put_nowait(None)
             except queue.Full:
                 pass
-        self._gate_thread.join(timeout=5.0)
-        self._worker.join(timeout=5.0)
+        self._gate_thread.join(timeout=2.0)
+        self._worker.join(timeout=2.0)
         self.get_logger().info("recorder stopped: " + json.dumps(self.stats()))
         if self._own_engine:
             self.engine.close()
 
 
+RECORDER_USAGE = """usage: memory-recorder [--help] [--ros-args -p NAME:=VALUE ... \
+                       --params-file FILE]
+
+Records camera, lidar and odometry keyframes with TF world poses into memory_dir; a
+memory-server in another process answers queries on the same directory.
+
+  -p memory_dir:=DIR          the store (default $AGENT_MEMORY_DIR, else ./agent_memory)
+  -p lidar_topic:=/points     any parameter of config/memory.yaml's memory_recorder section
+  -p use_sim_time:=true       use /clock (a bag replay)
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     """`memory-recorder`: the recorder alone, writing to `memory_dir` (the server, in another
     process, picks its rows up through SQLite)."""
-    from memory_node.ros.server import spin_nodes
-
-    rclpy.init(args=argv if argv is not None else sys.argv)
+    argv = list(sys.argv if argv is None else argv)
+    if print_help_if_asked(argv, RECORDER_USAGE):
+        return 0
+    stop = init_ros("memory-recorder", argv)
     try:
         node = MemoryRecorder()
+    except params.ParameterError as exc:
+        print(f"memory-recorder: {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
     except Exception as exc:  # noqa: BLE001
         print(f"memory-recorder: could not start: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
@@ -461,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     # the worker; a multi-threaded executor spent most of its time in its own bookkeeping.
     from rclpy.executors import SingleThreadedExecutor
 
-    spin_nodes([node], SingleThreadedExecutor())
+    spin_nodes([node], stop, SingleThreadedExecutor())
     return 0
 
 

@@ -12,69 +12,123 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from memory_node.core.config import ConfigError, MemoryConfig
 from memory_node.core.engine import MemoryEngine
-from memory_node.core.errors import error_response
+from memory_node.core.errors import Unavailable, error_response
+from memory_node.ros import params
 from memory_node.ros.common import (
     PoseTracker,
     declare_engine_params,
     engine_config_from_params,
     node_now,
+    pose_tracker_from_params,
 )
+from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
 from memory_node.srv import Compact, Save, Search, Streams
+
+SERVER_USAGE = """usage: memory-server [--help] [--ros-args -p NAME:=VALUE ... --params-file FILE]
+
+The query server alone (a lifecycle node): /memory/search, /memory/save, /memory/compact and
+/memory/streams over memory_dir.
+
+  -p memory_dir:=DIR       the store (default $AGENT_MEMORY_DIR, else ./agent_memory)
+  -p autostart:=false      stay unconfigured; drive it with lifecycle transitions
+  -p use_sim_time:=true    use /clock (a bag replay) for every time it reads
+"""
 
 SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
             "streams": "/memory/streams"}
 
 
 class MemoryServer(LifecycleNode):
+    """`poses`: the process's TF listener when another node owns it (memory-node); by default
+    the server listens to TF itself. `advertise=False` leaves the services to `advertise()`,
+    so a process can check every node's parameters before any service appears. Raises
+    ParameterError for a parameter that cannot be used."""
+
     def __init__(self, node_name: str = "memory_server", *, engine_factory: Callable | None = None,
-                 **kwargs: Any):
+                 poses: PoseTracker | None = None, advertise: bool = True, **kwargs: Any):
         super().__init__(node_name, **kwargs)
         declare_engine_params(self)
-        self.declare_parameter("world_frame", "map")
-        self.declare_parameter("base_frame", "base_link")
-        self.declare_parameter("odom_topic", "/odom")
-        self.declare_parameter("tf_tolerance_s", 0.5)
+        self.settings = params.declare(self, params.SERVER_PARAMS)
+        self.settings.update(params.declare(self, params.POSE_PARAMS))
+        params.warn_unknown(self)
         self.engine: MemoryEngine | None = None
         self._engine_identity: dict | None = None
         self._engine_factory = engine_factory or MemoryEngine
         self._active = False
         self._lock = threading.Lock()
+        self._admission = threading.Lock()
+        self._in_flight = 0
+        self.refused = 0  # requests answered `unavailable` because too many were waiting
         self._queries = ReentrantCallbackGroup()
         self._compaction = MutuallyExclusiveCallbackGroup()
-        self._io = MutuallyExclusiveCallbackGroup()
-        self.poses = PoseTracker(
-            self, self.get_parameter("world_frame").value, self.get_parameter("base_frame").value,
-            self.get_parameter("odom_topic").value, self.get_parameter("tf_tolerance_s").value,
-            callback_group=self._io)
-        # Services exist from the start so a client gets `not_active` rather than silence.
-        self.create_service(Search, SERVICES["search"], self._on_search,
-                            callback_group=self._queries)
-        self.create_service(Save, SERVICES["save"], self._on_save, callback_group=self._queries)
-        self.create_service(Streams, SERVICES["streams"], self._on_streams,
-                            callback_group=self._queries)
-        self.create_service(Compact, SERVICES["compact"], self._on_compact,
-                            callback_group=self._compaction)
+        self.poses = poses or pose_tracker_from_params(
+            self, callback_group=MutuallyExclusiveCallbackGroup())
         self._persist_timer = None
+        self._memory_services: list = []
         from visualization_msgs.msg import MarkerArray
 
         self.markers = self.create_publisher(MarkerArray, "/memory/markers", 10)
+        if advertise:
+            self.advertise()
+
+    def advertise(self) -> None:
+        """Open the services; before activation they answer `not_active` rather than
+        nothing. Deep request queues: a burst of requests waits in the middleware rather than
+        being overwritten there (the default depth of 10 lost 40 of 50 saves sent at once)."""
+        if self._memory_services:
+            return
+        qos = QoSProfile(depth=int(self.settings["service_queue_depth"]),
+                         reliability=ReliabilityPolicy.RELIABLE,
+                         history=HistoryPolicy.KEEP_LAST)
+        for srv_type, name, handler, group in (
+                (Search, "search", self._on_search, self._queries),
+                (Save, "save", self._on_save, self._queries),
+                (Streams, "streams", self._on_streams, self._queries),
+                (Compact, "compact", self._on_compact, self._compaction)):
+            self._memory_services.append(self.create_service(srv_type, SERVICES[name], handler,
+                                                      qos_profile=qos, callback_group=group))
+
+    def executor_threads(self) -> int:
+        """Threads for the executor: one per request allowed to wait, plus spare ones that
+        take and refuse what is beyond that bound (so every request gets an answer)."""
+        return min(256, int(self.settings["max_pending_requests"]) + 4)
+
+    def current_pose(self) -> Any:
+        return self.poses.current_pose()
+
+    def engine_clock(self) -> float:
+        """The node clock for the engine. Under use_sim_time it reads 0 until the first
+        /clock: wait `clock_wait_s` for one, then refuse rather than stamp a note 1970."""
+        now = node_now(self)
+        if now > 0.0:
+            return now
+        deadline = time.monotonic() + float(self.settings["clock_wait_s"])
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = node_now(self)
+            if now > 0.0:
+                return now
+        raise Unavailable("no /clock yet: use_sim_time is on and nothing publishes /clock "
+                          "(start the replay or simulator, or run without --use-sim-time)")
 
     # ---- lifecycle ----------------------------------------------------------------------
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         try:
             config = engine_config_from_params(self)
-        except ConfigError as exc:
+        except (ConfigError, params.ParameterError) as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         return self.configure_engine(config)
@@ -93,7 +147,7 @@ class MemoryServer(LifecycleNode):
                 return TransitionCallbackReturn.FAILURE
             try:
                 self.engine = self._engine_factory(
-                    config, clock=lambda: node_now(self), pose_provider=self.poses.current_pose)
+                    config, clock=self.engine_clock, pose_provider=self.current_pose)
             except Exception as exc:  # noqa: BLE001 - any failure means: not configured
                 self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
                 return TransitionCallbackReturn.FAILURE
@@ -129,7 +183,7 @@ class MemoryServer(LifecycleNode):
         with self._lock:
             if self.engine is not None:
                 self.engine.close()
-                self.get_logger().info("memory closed (index persisted)")
+                self.get_logger().info("memory closed")
             self.engine = None
 
     def _maintain(self) -> None:
@@ -148,7 +202,19 @@ class MemoryServer(LifecycleNode):
         if not self._active or eng is None:
             return json.dumps(error_response(
                 "not_active", f"memory server is not active (state: {self._state_label()})"))
-        return fn(eng)
+        limit = int(self.settings["max_pending_requests"])
+        with self._admission:
+            if self._in_flight >= limit:
+                self.refused += 1
+                return json.dumps(error_response(
+                    "unavailable", f"busy: {limit} requests are already waiting "
+                    "(max_pending_requests); try again shortly"))
+            self._in_flight += 1
+        try:
+            return fn(eng)
+        finally:
+            with self._admission:
+                self._in_flight -= 1
 
     def _state_label(self) -> str:
         try:
@@ -209,73 +275,28 @@ class MemoryServer(LifecycleNode):
         return response
 
 
-def spin_nodes(nodes: list, executor: Any = None, *, extra: list | None = None) -> None:
-    """Spin until SIGINT, then shut down cleanly (the index is persisted on the way out).
-
-    `extra` is a list of (executor, nodes) spun on threads of their own, e.g. the recorder on a
-    single-threaded executor beside the server's multi-threaded one. Nodes are closed in
-    order: extra ones first, so the recorder's last keyframes land before the engine closes.
-    """
-    import threading
-
-    executor = executor or MultiThreadedExecutor(num_threads=4)
-    for n in nodes:
-        executor.add_node(n)
-    groups = list(extra or [])
-    threads = []
-    for ex, ns in groups:
-        for n in ns:
-            ex.add_node(n)
-        th = threading.Thread(target=_spin_quietly, args=(ex,), daemon=True)
-        th.start()
-        threads.append(th)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        for n in [n for _, ns in groups for n in ns] + list(nodes):
-            closer = getattr(n, "close_engine", None) or getattr(n, "close", None)
-            if closer is not None:
-                try:
-                    closer()
-                except Exception as exc:  # noqa: BLE001
-                    print(f"memory_node: error while closing {n.get_name()}: {exc}",
-                          file=sys.stderr)
-        for ex, ns in groups:
-            ex.shutdown()
-            for n in ns:
-                n.destroy_node()
-        for n in nodes:
-            n.destroy_node()
-        executor.shutdown()
-        for th in threads:
-            th.join(timeout=5)
-        if rclpy.ok():
-            rclpy.try_shutdown()
-
-
-def _spin_quietly(executor: Any) -> None:
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     """`memory-server`: the query server alone; configured and activated unless
     `--ros-args -p autostart:=false` (then drive it with lifecycle transitions)."""
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = MemoryServer()
-    node.declare_parameter("autostart", True)
-    if node.get_parameter("autostart").value:
+    argv = list(sys.argv if argv is None else argv)
+    if print_help_if_asked(argv, SERVER_USAGE):
+        return 0
+    stop = init_ros("memory-server", argv)
+    try:
+        node = MemoryServer(advertise=False)
+    except params.ParameterError as exc:
+        print(f"memory-server: {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    node.advertise()
+    if node.settings["autostart"]:
         node.trigger_configure()
         if node._state_machine.current_state[1] == "inactive":
             node.trigger_activate()
     else:
         node.get_logger().info("unconfigured: waiting for lifecycle transitions "
                                "(autostart is false)")
-    spin_nodes([node])
+    spin_nodes([node], stop, MultiThreadedExecutor(num_threads=node.executor_threads()))
     return 0
 
 

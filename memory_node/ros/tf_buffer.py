@@ -1,7 +1,9 @@
-"""A small TF buffer for machines without tf2_ros, and one interface over both.
+"""The package's TF buffer: the one TF path, on every machine.
 
-pip has no tf2_ros, so the recorder needs its own buffer to stamp observations with
-`world_frame <- base_frame` at the message time. It mirrors tf2's semantics where they matter:
+pip has no tf2_ros, and a robot's tf2_ros differs where poses depend on it (no extrapolation
+direction, no refusal to interpolate across lost samples, no hold-at-the-edge tolerance), so
+the package always uses this buffer, fed from /tf and /tf_static (`ros.tf_listener`), on a
+robot as in tests. It mirrors tf2's semantics where they matter:
 
 - edges are stored by child frame; /tf_static edges keep only the latest, /tf edges keep a
   time-sorted history pruned to `cache_time_s` behind that edge's newest sample;
@@ -14,9 +16,7 @@ pip has no tf2_ros, so the recorder needs its own buffer to stamp observations w
   latched and would not come again), and on_time() clears when time jumps backwards, as
   when a bag restarts under simulated time.
 
-`make_tf_buffer()` picks tf2_ros when it is importable (a robot's ROS install) and this buffer
-otherwise; both answer the same small interface (`TfBuffer`). Nothing here imports rclpy at
-module level.
+Nothing here imports rclpy.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import math
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +39,6 @@ from memory_node.ros.geometry import (
     quaternion_normalize,
     quaternion_slerp,
     seconds_to_stamp,
-    seconds_to_stamp_parts,
     stamp_to_seconds,
     yaw_from_quaternion,
 )
@@ -47,14 +46,9 @@ from memory_node.ros.geometry import (
 __all__ = [
     "ConnectivityError",
     "ExtrapolationError",
-    "Tf2RosBuffer",
-    "TfBuffer",
     "Transform",
     "TransformBuffer",
     "TransformError",
-    "available_backends",
-    "make_tf_buffer",
-    "make_tf_lookup",
     "make_transform_stamped",
 ]
 
@@ -72,8 +66,8 @@ class ConnectivityError(TransformError):
 class ExtrapolationError(TransformError):
     """The stamp lies outside the data an edge on the path holds.
 
-    `by_s` is how far outside (seconds), `direction` is "past" or "future"; both are None when
-    the error came from tf2_ros, which reports only a message.
+    `by_s` is how far outside (seconds), `direction` is "past", "future" or "gap" (between two
+    samples further apart than `max_gap_s`).
     """
 
     def __init__(
@@ -225,37 +219,6 @@ class Transform:
 _IDENTITY = Transform.identity()
 
 
-@runtime_checkable
-class TfBuffer(Protocol):
-    """What the recorder and the query server need of a TF buffer, whichever backs it."""
-
-    def set_transform(self, ts: Any, authority: str = "", is_static: bool = False) -> bool: ...
-
-    def set_transforms(
-        self, transforms: Iterable[Any], authority: str = "", is_static: bool = False
-    ) -> int: ...
-
-    def lookup(
-        self,
-        target_frame: str,
-        source_frame: str,
-        stamp_s: float | None = 0.0,
-        tolerance_s: float = 0.0,
-    ) -> Transform: ...
-
-    def can_transform(
-        self,
-        target_frame: str,
-        source_frame: str,
-        stamp_s: float | None = 0.0,
-        tolerance_s: float = 0.0,
-    ) -> bool: ...
-
-    def clear(self) -> None: ...
-
-    def on_time(self, now_s: float) -> bool: ...
-
-
 def _clean_frame(frame: str) -> str:
     # tf2 strips a leading "/" (a ROS 1 habit some drivers keep).
     return frame.removeprefix("/")
@@ -359,30 +322,7 @@ class _DynamicEdge:
         return before.parent, before.transform.interpolate(after.transform, ratio)
 
 
-class _BufferBase:
-    """What both backends derive from their own set_transform and lookup."""
-
-    def set_transforms(
-        self, transforms: Iterable[Any], authority: str = "", is_static: bool = False
-    ) -> int:
-        """Store a TFMessage's worth of edges; returns how many were accepted."""
-        return sum(self.set_transform(ts, authority, is_static) for ts in transforms)
-
-    def can_transform(
-        self,
-        target_frame: str,
-        source_frame: str,
-        stamp_s: float | None = 0.0,
-        tolerance_s: float = 0.0,
-    ) -> bool:
-        try:
-            self.lookup(target_frame, source_frame, stamp_s, tolerance_s)
-        except TransformError:
-            return False
-        return True
-
-
-class TransformBuffer(_BufferBase):
+class TransformBuffer:
     """Thread-safe TF buffer (see the module docstring for the semantics).
 
     Fed from /tf and /tf_static callbacks with `set_transform`, read from worker threads with
@@ -411,11 +351,20 @@ class TransformBuffer(_BufferBase):
         other kind than the child frame was first seen as; never raises on bad data, so one
         bad edge cannot break a callback."""
         try:
-            parent = _clean_frame(str(ts.header.frame_id))
-            child = _clean_frame(str(ts.child_frame_id))
-            stamp = stamp_to_seconds(ts.header.stamp)
-            transform = Transform.from_msg(ts.transform)
+            t, r = ts.transform.translation, ts.transform.rotation
+            return self.set_edge(str(ts.header.frame_id), str(ts.child_frame_id),
+                                 stamp_to_seconds(ts.header.stamp), (t.x, t.y, t.z),
+                                 (r.x, r.y, r.z, r.w), authority, is_static)
         except (AttributeError, TypeError, ValueError) as exc:
+            return self._reject(f"malformed transform from '{authority}': {exc}")
+
+    def set_edge(self, parent: str, child: str, stamp: float, translation: Any,
+                 rotation: Any, authority: str = "", is_static: bool = False) -> bool:
+        """`set_transform` from plain values (what the wire-level /tf reader produces)."""
+        parent, child = _clean_frame(parent), _clean_frame(child)
+        try:
+            transform = Transform(translation, rotation)
+        except (TypeError, ValueError) as exc:
             return self._reject(f"malformed transform from '{authority}': {exc}")
         if not parent or not child:
             return self._reject(f"empty frame id ('{parent}' -> '{child}') from '{authority}'")
@@ -468,6 +417,25 @@ class TransformBuffer(_BufferBase):
                 self.clear()
                 return True
         return False
+
+    def set_transforms(
+        self, transforms: Iterable[Any], authority: str = "", is_static: bool = False
+    ) -> int:
+        """Store a TFMessage's worth of edges; returns how many were accepted."""
+        return sum(self.set_transform(ts, authority, is_static) for ts in transforms)
+
+    def can_transform(
+        self,
+        target_frame: str,
+        source_frame: str,
+        stamp_s: float | None = 0.0,
+        tolerance_s: float = 0.0,
+    ) -> bool:
+        try:
+            self.lookup(target_frame, source_frame, stamp_s, tolerance_s)
+        except TransformError:
+            return False
+        return True
 
     # -- reading ------------------------------------------------------------------------
     def frames(self) -> dict[str, str]:
@@ -624,138 +592,6 @@ class TransformBuffer(_BufferBase):
         if source_error is not None:
             raise source_error
         raise self._not_connected(target, source)
-
-
-class Tf2RosBuffer(_BufferBase):
-    """The same interface over tf2_ros.Buffer, for a robot's ROS install.
-
-    tf2_ros cannot hold a sample past the edge of its data, so `tolerance_s` is emulated:
-    past the newest data it answers with the latest common transform, before the oldest with
-    the earliest time (to 1 ms) that can be looked up.
-    """
-
-    def __init__(
-        self,
-        cache_time_s: float = 10.0,
-        jump_threshold_s: float = 1.0,
-        node: Any = None,
-        timeout_s: float = 0.0,
-    ) -> None:
-        import tf2_ros
-        from rclpy.duration import Duration
-
-        self._tf2_ros = tf2_ros
-        self._buffer = tf2_ros.Buffer(cache_time=Duration(seconds=cache_time_s), node=node)
-        self._timeout = Duration(seconds=timeout_s)
-        self._lock = threading.Lock()
-        self._jump = _TimeJumpWatch(jump_threshold_s)
-        self.cache_time_s = float(cache_time_s)
-
-    @property
-    def tf2_buffer(self) -> Any:
-        """The wrapped tf2_ros.Buffer (for a tf2_ros.TransformListener)."""
-        return self._buffer
-
-    def set_transform(self, ts: Any, authority: str = "", is_static: bool = False) -> bool:
-        try:
-            if is_static:
-                self._buffer.set_transform_static(ts, authority)
-            else:
-                self._buffer.set_transform(ts, authority)
-        except (self._tf2_ros.TransformException, TypeError, ValueError, AttributeError):
-            return False  # as ours: one bad edge must not break the /tf callback
-        return True
-
-    def _time(self, stamp_s: float | None) -> Any:
-        from rclpy.time import Time
-
-        if stamp_s is None or stamp_s == 0.0:
-            return Time()
-        sec, nanosec = seconds_to_stamp_parts(float(stamp_s))  # as stamps are built
-        return Time(seconds=sec, nanoseconds=nanosec)
-
-    def _lookup(self, target: str, source: str, stamp_s: float | None) -> tuple[Transform, float]:
-        tf2 = self._tf2_ros
-        try:
-            ts = self._buffer.lookup_transform(target, source, self._time(stamp_s), self._timeout)
-        except tf2.ExtrapolationException as exc:
-            raise ExtrapolationError(str(exc), stamp_s=stamp_s) from exc
-        except (tf2.LookupException, tf2.ConnectivityException) as exc:
-            raise ConnectivityError(str(exc)) from exc
-        except tf2.TransformException as exc:
-            raise TransformError(str(exc)) from exc
-        return Transform.from_msg(ts.transform), stamp_to_seconds(ts.header.stamp)
-
-    def lookup(
-        self,
-        target_frame: str,
-        source_frame: str,
-        stamp_s: float | None = 0.0,
-        tolerance_s: float = 0.0,
-    ) -> Transform:
-        target, source = _clean_frame(target_frame), _clean_frame(source_frame)
-        try:
-            return self._lookup(target, source, stamp_s)[0]
-        except ExtrapolationError:
-            if tolerance_s <= 0.0 or stamp_s is None or stamp_s == 0.0:
-                raise
-            latest, latest_t = self._lookup(target, source, 0.0)
-            if stamp_s > latest_t:
-                if stamp_s - latest_t <= tolerance_s:
-                    return latest
-                raise
-            lo, hi = float(stamp_s), float(stamp_s) + tolerance_s
-            if not self.can_transform(target, source, hi):
-                raise
-            while hi - lo > 1e-3:
-                mid = 0.5 * (lo + hi)
-                if self.can_transform(target, source, mid):
-                    hi = mid
-                else:
-                    lo = mid
-            return self._lookup(target, source, hi)[0]
-
-    def clear(self) -> None:
-        self._buffer.clear()
-
-    def on_time(self, now_s: float) -> bool:
-        with self._lock:
-            if self._jump.jumped_back(now_s):
-                self._buffer.clear()
-                return True
-        return False
-
-
-def available_backends() -> list[str]:
-    """Backends importable here, preferred first: "tf2_ros" (only on a ROS install that has
-    it), then "builtin" (always)."""
-    backends = ["builtin"]
-    try:
-        import tf2_ros  # noqa: F401
-    except ImportError:
-        return backends
-    return ["tf2_ros", *backends]
-
-
-def make_tf_buffer(
-    cache_time_s: float = 10.0,
-    *,
-    backend: str = "auto",
-    jump_threshold_s: float = 1.0,
-    node: Any = None,
-) -> TfBuffer:
-    """The TF buffer to use: tf2_ros when importable ("auto"), else TransformBuffer.
-    `backend` may force "tf2_ros" or "builtin"; `node` is passed to tf2_ros.Buffer only."""
-    if backend == "auto":
-        backend = available_backends()[0]
-    if backend == "tf2_ros":
-        return Tf2RosBuffer(cache_time_s, jump_threshold_s, node=node)
-    if backend == "builtin":
-        return TransformBuffer(cache_time_s, jump_threshold_s)
-    raise ValueError(f"unknown TF backend {backend!r} (use 'auto', 'tf2_ros' or 'builtin')")
-
-
-make_tf_lookup = make_tf_buffer  # the name the design brief used
 
 
 def make_transform_stamped(parent: str, child: str, transform: Transform, stamp_s: float) -> Any:

@@ -11,6 +11,7 @@ import pytest
 import rclpy
 from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
+from rclpy.serialization import serialize_message
 from rclpy.time import Time
 from tf2_msgs.msg import TFMessage
 
@@ -46,13 +47,14 @@ def _odom(x: float, t: float) -> Odometry:
     return m
 
 
-def _tf(parent: str, child: str, x: float, t: float) -> TFMessage:
+def _tf(parent: str, child: str, x: float, t: float) -> bytes:
+    """A /tf message as it arrives on the wire (the listener reads raw bytes)."""
     ts = TransformStamped()
     ts.header.frame_id, ts.child_frame_id = parent, child
     ts.header.stamp = seconds_to_stamp(t)
     ts.transform.translation.x = float(x)
     ts.transform.rotation.w = 1.0
-    return TFMessage(transforms=[ts])
+    return serialize_message(TFMessage(transforms=[ts]))
 
 
 def _odom_rows(rec: MemoryRecorder) -> list[dict]:
@@ -71,7 +73,7 @@ def test_first_message_waits_for_its_tf_however_late_the_robot_starts(recorder):
     t0 = time.time()
     recorder._on_odom(_odom(0.0, t0))
     time.sleep(0.2)
-    recorder.poses._on_tf(_tf("map", "base_link", 4.0, t0))
+    recorder.poses.on_tf(_tf("map", "base_link", 4.0, t0))
     [row] = _odom_rows(recorder)
     assert (row["pose"]["frame"], row["pose"]["source"], row["pose"]["x"]) == ("map", "tf", 4.0)
 
@@ -96,9 +98,9 @@ def test_no_wait_for_tf_that_cannot_come(recorder):
     the fallback at once (TF within the tolerance, else odometry) instead of waiting."""
     t0 = time.time()
     for i in range(5):
-        recorder.poses._on_tf(_tf("map", "base_link", 1.0 + 0.1 * i, t0 + 0.05 + 0.1 * i))
+        recorder.poses.on_tf(_tf("map", "base_link", 1.0 + 0.1 * i, t0 + 0.05 + 0.1 * i))
     recorder._on_odom(_odom(0.0, t0))  # 50 ms before the first transform
-    recorder.poses._on_tf(_tf("map", "base_link", 9.0, t0 + 3.0))  # 2.6 s of /tf lost
+    recorder.poses.on_tf(_tf("map", "base_link", 9.0, t0 + 3.0))  # 2.6 s of /tf lost
     recorder._on_odom(_odom(0.0, t0 + 1.5))  # inside the gap
     rows = _odom_rows(recorder)
     assert recorder.counters["odom"].tf_timeouts == 0
@@ -112,7 +114,7 @@ def test_tf_without_the_map_does_not_hold_each_message(recorder):
     t0 = time.time()
     for i in range(13):  # 2.5 tf_wait_s of TF and odometry at 5 Hz
         t = t0 + 0.2 * i
-        recorder.poses._on_tf(_tf("odom", "base_link", 0.5 * i, t))
+        recorder.poses.on_tf(_tf("odom", "base_link", 0.5 * i, t))
         recorder._on_odom(_odom(0.5 * i, t))
         time.sleep(0.2)
     rows = _odom_rows(recorder)
@@ -129,7 +131,7 @@ def test_tf_without_the_map_does_not_hold_each_message(recorder):
 def test_odometry_poses_in_the_world_frame(recorder, map_odom_x, want_x, want_frame):
     t0 = time.time()
     if map_odom_x is not None:
-        recorder.poses._on_tf(_tf("map", "odom", map_odom_x, t0))
+        recorder.poses.on_tf(_tf("map", "odom", map_odom_x, t0))
     for i in range(3):
         recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
     rows = _odom_rows(recorder)
@@ -141,8 +143,8 @@ def test_unstamped_messages_are_stamped_on_arrival(recorder):
     """A driver that leaves header.stamp zero: the row is filed at its arrival on the node
     clock and posed by TF at that time, not in 1970 nor by whatever TF came last."""
     t0 = time.time()
-    recorder.poses._on_tf(_tf("map", "base_link", 1.0, t0 - 0.4))
-    recorder.poses._on_tf(_tf("map", "base_link", 1.8, t0 + 0.4))  # 1 m/s along x
+    recorder.poses.on_tf(_tf("map", "base_link", 1.0, t0 - 0.4))
+    recorder.poses.on_tf(_tf("map", "base_link", 1.8, t0 + 0.4))  # 1 m/s along x
     recorder._on_odom(_odom(0.0, 0.0))
     [row] = _odom_rows(recorder)
     assert row["t"] == pytest.approx(t0, abs=0.3)
@@ -158,13 +160,13 @@ def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(r
     records with its own poses."""
     clock = recorder.get_clock()
     clock.set_ros_time_override(Time(seconds=829.6))
-    recorder.poses._on_tf(_tf("map", "base_link", 5.0, 829.0))
-    recorder.poses._on_tf(_tf("map", "base_link", 5.5, 829.5))
+    recorder.poses.on_tf(_tf("map", "base_link", 5.0, 829.0))
+    recorder.poses.on_tf(_tf("map", "base_link", 5.5, 829.5))
     recorder._on_odom(_odom(0.0, 829.9))  # its TF has not come yet: the gate waits for it
     time.sleep(0.2)
     clock.set_ros_time_override(Time(seconds=800.0))  # the bag starts over
-    recorder.poses._on_tf(_tf("map", "base_link", 1.0, 800.0))
-    recorder.poses._on_tf(_tf("map", "base_link", 1.2, 800.2))
+    recorder.poses.on_tf(_tf("map", "base_link", 1.0, 800.0))
+    recorder.poses.on_tf(_tf("map", "base_link", 1.2, 800.2))
     recorder._on_odom(_odom(0.0, 829.95))  # first pass, delivered after the jump
     recorder._on_odom(_odom(0.0, 800.1))
     rows = _odom_rows(recorder)
