@@ -20,7 +20,7 @@ STAMP := $(VENV)/.memory_node-setup
 # Run from outside the checkout, so it proves the installed package provides the types.
 IMPORT_CHECK := cd /tmp && $(abspath $(PY)) -c 'from memory_node.srv import Search, Save, \
 	Compact, Streams; from tf2_msgs.msg import TFMessage'
-SETUP_INPUTS := $(sort $(wildcard requirements/*.txt) setup.py setup.cfg pyproject.toml \
+SETUP_INPUTS := $(sort $(wildcard requirements/*.txt) $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml \
 	package.xml $(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
 PYTEST_ARGS ?=
 
@@ -46,6 +46,7 @@ _setup:
 	  -r requirements/dev.txt; \
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) -r requirements/nodeps.txt; \
 	$(PIP) install -q --no-deps --no-build-isolation -e .; \
+	$(PIP) install -q --no-deps test/wheels/*.whl; \
 	($(IMPORT_CHECK)); \
 	echo "$$hash" > $(STAMP); \
 	echo "setup: $(VENV) ready"

@@ -3,6 +3,11 @@ configured and activated, with a parameter file and optional simulated time.
 
     ros2 launch memory_node memory.launch.py
     ros2 launch memory_node memory.launch.py config:=go2.yaml use_sim_time:=true
+    ros2 launch memory_node memory.launch.py memory_dir:=/data/robot_memory
+
+The process runs three nodes — memory_server, memory_recorder and memory_tf_listener — each
+reading its own section of the parameter file, so the Node action gets no `name`: launch_ros
+would turn it into a `__node:=` remap that renames every node of the process.
 """
 
 import os
@@ -15,10 +20,9 @@ from launch_ros.actions import Node
 
 
 def _nodes(context):
-    share = get_package_share_directory("memory_node")
     config = LaunchConfiguration("config").perform(context)
-    if not os.path.isabs(config):
-        config = os.path.join(share, "config", config)
+    if not os.path.isabs(config) and not os.path.exists(config):
+        config = os.path.join(get_package_share_directory("memory_node"), "config", config)
     sim = LaunchConfiguration("use_sim_time").perform(context).lower() in ("true", "1")
     memory_dir = LaunchConfiguration("memory_dir").perform(context)
     args = ["--config", config]
@@ -26,8 +30,8 @@ def _nodes(context):
         args += ["--memory-dir", memory_dir]
     if sim:
         args.append("--use-sim-time")
-    return [Node(package="memory_node", executable="memory-node", name="memory_node",
-                 output="screen", arguments=args, emulate_tty=True)]
+    return [Node(package="memory_node", executable="memory-node", output="screen",
+                 arguments=args, emulate_tty=True)]
 
 
 def generate_launch_description():

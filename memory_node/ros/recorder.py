@@ -500,8 +500,9 @@ class MemoryRecorder(Node):
                 else {"status": "not_configured", "topic": None})
         poses = self.poses
         return out | {"queue": self._queue.qsize(), "pending": self._pending.qsize(),
-                      "tf": {"status": self._tf_watch.status, "world_frame": poses.world_frame,
-                             "base_frame": poses.base_frame, **poses.tf_stats()}}
+                      "tf": {"status": self._tf_watch.status, "topic": "/tf",
+                             "world_frame": poses.world_frame, "base_frame": poses.base_frame,
+                             **poses.tf_stats()}}
 
     def _publish_stats(self) -> None:
         self.stats_pub.publish(String(data=json.dumps(self.stats())))
@@ -543,8 +544,8 @@ class MemoryRecorder(Node):
             self.engine.close()
 
 
-RECORDER_USAGE = """usage: memory-recorder [--help] [--ros-args -p NAME:=VALUE ... \
-                       --params-file FILE]
+RECORDER_USAGE = """usage: memory-recorder [--help]
+                       [--ros-args -p NAME:=VALUE ... --params-file FILE]
 
 Records camera, lidar and odometry keyframes with TF world poses into memory_dir; a
 memory-server in another process answers queries on the same directory.

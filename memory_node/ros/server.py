@@ -22,6 +22,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
 
 from memory_node.core.config import ConfigError, MemoryConfig
 from memory_node.core.engine import MemoryEngine
@@ -46,6 +47,10 @@ The query server alone (a lifecycle node): /memory/search, /memory/save, /memory
   -p autostart:=false      stay unconfigured; drive it with lifecycle transitions
   -p use_sim_time:=true    use /clock (a bag replay) for every time it reads
 """
+
+# A recorder publishes its stats every few seconds (and at once when a topic's state
+# changes); older than this, nothing is said about recording.
+RECORDER_STATS_MAX_AGE_S = 30.0
 
 SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
             "streams": "/memory/streams"}
@@ -81,6 +86,11 @@ class MemoryServer(LifecycleNode):
         from visualization_msgs.msg import MarkerArray
 
         self.markers = self.create_publisher(MarkerArray, "/memory/markers", 10)
+        # The recorder's state (in this process or another): which sensor streams are
+        # recording, silent, or have no publisher; added to the streams answer.
+        self._recorder_stats: tuple[float, dict] | None = None
+        self.create_subscription(String, "/memory/recorder_stats", self._on_recorder_stats, 10,
+                                 callback_group=MutuallyExclusiveCallbackGroup())
         if advertise:
             self.advertise()
 
@@ -270,9 +280,46 @@ class MemoryServer(LifecycleNode):
         response.result.data = self._call(lambda e: e.compact())
         return response
 
+    def _on_recorder_stats(self, msg: Any) -> None:
+        try:
+            stats = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(stats, dict):
+            self._recorder_stats = (time.monotonic(), stats)
+
+    def recorder_status(self) -> dict[str, dict] | None:
+        """Per sensor stream {"status", "topic"} from the recorder's latest stats, or None
+        when no recorder has reported lately."""
+        if self._recorder_stats is None:
+            return None
+        received, stats = self._recorder_stats
+        if time.monotonic() - received > RECORDER_STATS_MAX_AGE_S:
+            return None
+        return {name: {"status": entry["status"], "topic": entry.get("topic")}
+                for name, entry in stats.items()
+                if isinstance(entry, dict) and "status" in entry}
+
     def _on_streams(self, request: Any, response: Any) -> Any:
-        response.result.data = self._call(lambda e: e.streams())
+        response.result.data = self._call(
+            lambda e: with_recorder_status(e.streams(), self.recorder_status()))
         return response
+
+
+def with_recorder_status(answer: str, status: dict[str, dict] | None) -> str:
+    """The streams answer with each recorded stream's `status` and `topic`, and a
+    `recorder` object naming every sensor stream's state (also those with no rows yet: "my
+    camera memory is not recording")."""
+    if not status:
+        return answer
+    out = json.loads(answer)
+    if not out.get("ok"):
+        return answer
+    for entry in out.get("streams", []):
+        if entry.get("name") in status:
+            entry.update(status[entry["name"]])
+    out["recorder"] = status
+    return json.dumps(out, ensure_ascii=False, separators=(", ", ": "))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,133 @@
+"""The launch file run the way `ros2 launch memory_node memory.launch.py config:=go2.yaml` runs
+it: real `launch` and `launch_ros` (test/wheels), an install prefix with the package's
+executable and share files, and the ROS graph checked from outside: three uniquely named
+nodes, the recorder subscribed to the Go2's topics, and the launch arguments arriving as
+parameters."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import rclpy
+from rcl_interfaces.srv import GetParameters
+
+from memory_node.ros.cli import ServiceCaller
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = {"memory_server", "memory_recorder", "memory_tf_listener"}
+
+RUN_LAUNCH = """
+import sys
+import launch
+from launch.actions import IncludeLaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+
+path, *arguments = sys.argv[1:]
+ld = launch.LaunchDescription([IncludeLaunchDescription(
+    PythonLaunchDescriptionSource(path),
+    launch_arguments=[tuple(a.split(":=", 1)) for a in arguments])])
+service = launch.LaunchService(argv=[])
+service.include_launch_description(ld)
+sys.exit(service.run())
+"""
+
+
+def install_prefix(prefix: Path) -> Path:
+    """What `colcon build` installs for launch_ros to find: lib/memory_node/<executable>,
+    the ament index entry, and share/memory_node/{config,launch}."""
+    lib = prefix / "lib" / "memory_node"
+    lib.mkdir(parents=True)
+    exe = Path(sys.executable).parent / "memory-node"
+    assert exe.exists(), f"{exe} is not installed (make setup)"
+    (lib / "memory-node").symlink_to(exe)
+    index = prefix / "share" / "ament_index" / "resource_index" / "packages"
+    index.mkdir(parents=True)
+    (index / "memory_node").write_text("")
+    share = prefix / "share" / "memory_node"
+    for sub in ("config", "launch"):
+        shutil.copytree(ROOT / sub, share / sub)
+    return share / "launch" / "memory.launch.py"
+
+
+def get_params(node, executor, target: str, names: list[str]) -> list:
+    client = node.create_client(GetParameters, f"/{target}/get_parameters")
+    try:
+        assert client.wait_for_service(timeout_sec=30), f"{target} has no parameter service"
+        fut = client.call_async(GetParameters.Request(names=names))
+        rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=10)
+        assert fut.result() is not None, f"{target}: no answer to get_parameters"
+        return fut.result().values
+    finally:
+        node.destroy_client(client)
+
+
+def test_launch_file_with_go2_config(ros_process, tmp_path):
+    launch_file = install_prefix(tmp_path / "install")
+    env = {"AMENT_PREFIX_PATH": os.pathsep.join(
+        [str(tmp_path / "install"), os.environ.get("AMENT_PREFIX_PATH", "")]).rstrip(os.pathsep)}
+    memory_dir = tmp_path / "robot_memory"
+    proc = ros_process(["-c", RUN_LAUNCH, str(launch_file), "config:=go2.yaml",
+                        f"memory_dir:={memory_dir}", "use_sim_time:=false"], env=env)
+    proc.wait_for_line(r"active: /memory/search", timeout=120)
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("launch_test_observer", context=ctx)
+    executor = rclpy.executors.SingleThreadedExecutor(context=ctx)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            names = [n for n, _ in node.get_node_names_and_namespaces()]
+            recorder_subs = dict(node.get_subscriber_names_and_types_by_node(
+                "memory_recorder", "/")) if "memory_recorder" in names else {}
+            if NODES <= set(names) and "/point_cloud2" in recorder_subs:
+                break
+            time.sleep(0.3)
+        ours = sorted(n for n in names if n.startswith("memory_"))
+        assert ours == sorted(NODES), f"node names not unique or missing: {ours}"
+        # go2.yaml's memory_recorder section applies: the Go2's lidar topic, not the default
+        assert "/point_cloud2" in recorder_subs, recorder_subs
+        assert "/lidar/points" not in recorder_subs
+        assert {"/camera/image_raw", "/odom"} <= set(recorder_subs)
+        listener_subs = dict(node.get_subscriber_names_and_types_by_node(
+            "memory_tf_listener", "/"))
+        assert {"/tf", "/tf_static"} <= set(listener_subs)
+        assert "/tf" not in dict(node.get_subscriber_names_and_types_by_node("memory_server",
+                                                                             "/"))
+        [lidar, voxel] = get_params(node, executor, "memory_recorder",
+                                    ["lidar_topic", "lidar_voxel"])
+        assert lidar.string_value == "/point_cloud2"
+        assert voxel.double_value == pytest.approx(0.15)  # go2.yaml's, not the default 0.1
+        [mem, sim] = get_params(node, executor, "memory_server", ["memory_dir", "use_sim_time"])
+        assert mem.string_value == str(memory_dir)
+        assert sim.bool_value is False
+        caller = ServiceCaller("launch_test_caller", context=ctx)
+        try:
+            saved = json.loads(caller.call("save", "launched on a Go2", 20.0))
+        finally:
+            caller.close()
+        assert saved["ok"] is True, saved
+        assert list((memory_dir / "notes").glob("*_notes.md")), "note not in memory_dir"
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+    assert "already registered" not in proc.output  # rcl's duplicate node-name warning
+    assert "ignoring the node-name remap" not in proc.output  # the launch file names no node
+    os.kill(proc.pid, 2)
+    proc.popen.wait(20)
+    assert proc.popen.returncode == 0, proc.output
+    assert "Traceback" not in proc.output
+
+
+def test_node_name_remap_is_dropped_with_a_warning(ros_process, tmp_path):
+    """`-r __node:=X` would rename all three nodes of memory-node; it is dropped, said so."""
+    proc = ros_process(["-m", "memory_node.ros.main", "--config", "go2.yaml", "--memory-dir",
+                        str(tmp_path / "m"), "--ros-args", "-r", "__node:=memory_node"])
+    proc.wait_for_line(r"ignoring the node-name remap __node:=memory_node", timeout=60)
+    proc.wait_for_line(r"\[memory_recorder\]: recording .*lidar /point_cloud2", timeout=90)
