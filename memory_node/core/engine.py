@@ -476,7 +476,10 @@ class MemoryEngine:
         if (prior.pose is None) != (pose is None):
             return None
         tags = dict(prior.tags)
-        tags["repeats"] = int(tags.get("repeats", 1)) + 1
+        count = tags.get("repeats")  # a hand-edited Markdown tag may be anything
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            count = 1
+        tags["repeats"] = count + 1
         tags["last_t"] = now
         self.store.update_tags(prior.id, tags)
         log.info("note folded into #%d (similarity %.3f): %.60s", prior.id, scores[0], req.text)

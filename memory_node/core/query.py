@@ -34,6 +34,9 @@ SEARCH_FIELDS = (
     "min_score",
 )
 DEFAULT_RADIUS = 2.0
+# Tags the engine writes itself on notes (folding counts repeats): a caller may filter on them
+# but not set them.
+RESERVED_NOTE_TAGS = ("repeats", "last_t")
 # Limits on what a request may hold, checked before anything else looks at it: JSON nested
 # deeper than this, integers beyond 64 bits (SQLite's integers), non-finite numbers, NUL
 # characters (a ROS String ends at the first NUL) and lone surrogates (not UTF-8) are refused.
@@ -331,6 +334,10 @@ def parse_save(raw: Any, *, max_bytes: int) -> SaveRequest:
         text = note.strip()
         if obj.get("tags") is not None:
             tags = check_tags(obj["tags"], allow_range=False)
+            reserved = sorted(set(tags) & set(RESERVED_NOTE_TAGS))
+            if reserved:
+                raise BadRequest(f"tag(s) {', '.join(reserved)} are reserved: the memory "
+                                 "sets them when it folds a repeated note")
     if not text:
         raise BadRequest("empty note: nothing to remember")
     if "\x00" in text:
