@@ -49,3 +49,29 @@ def test_repeats_tag_is_reserved_and_folding_tolerates_odd_values(tmp_path):
         assert [r["id"] for r in found["results"]] == [prior["id"]]
     finally:
         eng.close()
+
+
+def test_compact_with_an_invalid_llm_url_reports_what_it_did(tmp_path):
+    """Thinning archives rows before the summary step; a bad LLM setting must not turn that
+    into an error answer (the caller would think nothing happened)."""
+    from memory_node.core.llm import LLMSettings
+
+    settings = LLMSettings(base_url="htp//llm.local:8000/v1", api_key="sk-test-0123456789abc")
+    clock = FakeClock(T0)
+    eng = make_engine(tmp_path / "m", clock, PoseBox(Pose(1, 1)), llm_settings=settings)
+    try:
+        eng.save("Met Alice at the front door.")
+        for i in range(10):  # the robot stood still two days ago
+            eng.add_observation("odom", T0 - 2 * 86400 + i, Pose(0.1, 0.1), {"speed": 0.0})
+        clock.t += 2 * 86400
+        answer = eng.compact()
+        res = json.loads(answer)
+        assert res["ok"] is True, res
+        assert res["thinned"] == 9 and res["archived_total"] == 9
+        assert res["summaries"]["status"] == "error" and res["summaries"]["written"] == 0
+        assert "base URL" in res["summaries"]["message"]
+        assert "sk-test" not in answer
+        counts = {s["name"]: s["count"] for s in call(eng.streams)["streams"]}
+        assert counts == {"events": 1, "odom": 1}
+    finally:
+        eng.close()
