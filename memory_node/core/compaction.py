@@ -92,13 +92,16 @@ class Compactor:
     def _merge(self, keep: Observation, gone: list[Observation], reason: str) -> int:
         if not gone:
             return 0
-        moved = self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone})
-        tags = dict(keep.tags)
-        tags["merged"] = int(tags.get("merged", 0)) + moved
-        ts = [o.t for o in gone] + [keep.t] + list(tags.get("span", []))
-        tags["span"] = [min(ts), max(ts)]
-        self.store.update_tags(keep.id, tags)
-        return moved
+        def kept_tags(moved: int) -> dict[str, Any]:
+            tags = dict(keep.tags)
+            tags["merged"] = int(tags.get("merged", 0)) + moved
+            ts = [o.t for o in gone] + [keep.t] + list(tags.get("span", []))
+            tags["span"] = [min(ts), max(ts)]
+            return tags
+
+        # One transaction: a crash never leaves rows archived that the kept row does not count.
+        return self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone},
+                                  kept_tags=(keep.id, kept_tags))
 
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:
