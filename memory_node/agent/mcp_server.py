@@ -6,8 +6,8 @@ Backends: an in-process engine on D (default; `AGENT_MEMORY_DIR`, then ./agent_m
 query server's ROS services with `--ros` (ROS arguments go after `--ros-args`). Transports:
 stdio (default; stdout is the protocol, so every log line goes to stderr), or streamable HTTP
 at http://H:P/mcp with `--http`, bound to 127.0.0.1 unless told otherwise. With a token
-(`--token` or `MEMORY_MCP_TOKEN`) every HTTP request needs `Authorization: Bearer T`;
-others get 401.
+(`MEMORY_MCP_TOKEN`, or `--token`, which any user can read in `ps` and so draws a warning)
+every HTTP request needs `Authorization: Bearer T`; others get 401.
 
 The tools are exactly `skills.get_skills()`: same names, descriptions and JSON schemas as the
 OpenAI-style specs. `MemoryMCPServer` overrides `MCPServer.list_tools` to build the list at
@@ -149,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default 8000)")
     p.add_argument("--token", default=None,
-                   help=f"HTTP bearer token (default ${TOKEN_ENV}; none: no auth)")
+                   help=f"HTTP bearer token; prefer ${TOKEN_ENV} (a command line shows in ps, "
+                        "so this option draws a warning); none: no auth")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     return p
@@ -200,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--ros-args goes with --ros")
     if args.timeout is not None and not args.ros:
         parser.error("--timeout goes with --ros")
+    if args.token is not None:
+        # Any user on the machine can read a command line (ps, /proc/PID/cmdline).
+        print(f"memory-mcp: warning: --token is visible to every user of this machine in ps; "
+              f"set {TOKEN_ENV} in the environment instead", file=sys.stderr, flush=True)
     # stdout is the protocol on stdio: every log line goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -24,11 +24,24 @@ from typing import Any
 
 from memory_node.agent.client import MemoryClient, error_json
 from memory_node.core.config import DEFAULT_STREAMS
+from memory_node.core.errors import BadRequest
+from memory_node.core.query import check_text
 from memory_node.core.types import Pose
 
 __all__ = ["RosClient"]
 
 log = logging.getLogger("memory_node.agent.ros")
+
+
+def _unsendable(what: str, text: str) -> str | None:
+    """A `bad_request` answer for text a ROS String cannot carry whole (the transport cuts it
+    at the first NUL, and cannot encode a lone surrogate), else None."""
+    try:
+        check_text(what, text)
+    except BadRequest as exc:
+        return error_json("bad_request",
+                          exc.message + " (a ROS String cannot carry it; nothing was sent)")
+    return None
 
 
 class RosClient(MemoryClient):
@@ -136,11 +149,17 @@ class RosClient(MemoryClient):
     def search(self, query: str) -> str:
         from std_msgs.msg import String
 
+        refused = _unsendable("search query", query)
+        if refused:
+            return refused
         return self._call("search", self._types["search"].Request(query=String(data=query)))
 
     def save(self, note: str) -> str:
         from std_msgs.msg import String
 
+        refused = _unsendable("note", note)
+        if refused:
+            return refused
         return self._call("save", self._types["save"].Request(note=String(data=note)))
 
     def compact(self) -> str:

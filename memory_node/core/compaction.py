@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_node.core.config import SENSOR_STREAMS
+from memory_node.core.errors import MemoryError_
 from memory_node.core.query import SaveRequest
 from memory_node.core.types import Observation
 
@@ -47,7 +48,14 @@ class Compactor:
         self.engine.sync()
         thinned = self.thin(now)
         folded = self.fold()
-        summaries = self.summarise(now)
+        # Rows are archived by now: whatever the summary step meets, the answer reports what
+        # was done, with the step's own status.
+        try:
+            summaries = self.summarise(now)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("summaries stopped: %s: %.200s", type(exc).__name__, exc)
+            summaries = {"status": "error", "written": 0,
+                         "message": f"the summary step failed: {type(exc).__name__}"}
         self.engine.sync()
         log.info("compaction: %d keyframes thinned, %d near-duplicates folded, summaries %s",
                  thinned, folded, summaries["status"])
@@ -84,13 +92,16 @@ class Compactor:
     def _merge(self, keep: Observation, gone: list[Observation], reason: str) -> int:
         if not gone:
             return 0
-        moved = self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone})
-        tags = dict(keep.tags)
-        tags["merged"] = int(tags.get("merged", 0)) + moved
-        ts = [o.t for o in gone] + [keep.t] + list(tags.get("span", []))
-        tags["span"] = [min(ts), max(ts)]
-        self.store.update_tags(keep.id, tags)
-        return moved
+        def kept_tags(moved: int) -> dict[str, Any]:
+            tags = dict(keep.tags)
+            tags["merged"] = int(tags.get("merged", 0)) + moved
+            ts = [o.t for o in gone] + [keep.t] + list(tags.get("span", []))
+            tags["span"] = [min(ts), max(ts)]
+            return tags
+
+        # One transaction: a crash never leaves rows archived that the kept row does not count.
+        return self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone},
+                                  kept_tags=(keep.id, kept_tags))
 
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:
@@ -129,7 +140,7 @@ class Compactor:
 
     # ---- 3. summaries ---------------------------------------------------------------------
     def summarise(self, now: float) -> dict[str, Any]:
-        from memory_node.core.llm import ChatClient, resolve_llm_settings
+        from memory_node.core.llm import ChatClient, LLMError, resolve_llm_settings
 
         settings = self.engine._llm_settings  # noqa: SLF001
         if settings == "env":
@@ -145,7 +156,11 @@ class Compactor:
         by_day: dict[str, list[Observation]] = defaultdict(list)
         for obs in notes[: self.cfg.summary_max_notes]:
             by_day[datetime.fromtimestamp(obs.t, tz=timezone.utc).strftime("%Y-%m-%d")].append(obs)
-        client = ChatClient(settings, timeout=self.cfg.llm_timeout_s)
+        try:
+            client = ChatClient(settings, timeout=self.cfg.llm_timeout_s)
+        except LLMError as exc:  # a bad base URL or key: nothing is called
+            log.warning("summaries skipped: %s", exc.message)
+            return {"status": "error", "written": 0, "message": exc.message}
         written = 0
         for day, group in sorted(by_day.items()):
             lines = []
@@ -168,8 +183,14 @@ class Compactor:
             last = group[-1]
             tags = {"kind": "summary", "day": day, "notes": len(group),
                     "from_id": group[0].id, "to_id": last.id}
-            self.engine.save_note(SaveRequest(text=text[: self.cfg.max_note_bytes], tags=tags),
-                                  stream="summaries", t=last.t, pose=last.pose)
+            try:
+                self.engine.save_note(SaveRequest(text=text[: self.cfg.max_note_bytes],
+                                                  tags=tags),
+                                      stream="summaries", t=last.t, pose=last.pose)
+            except MemoryError_ as exc:  # e.g. the notes file cannot be written
+                log.warning("summary of %s not stored: %s", day, exc.message)
+                return {"status": "error", "written": written,
+                        "message": f"the summary of {day} could not be stored: {exc.message}"}
             self.store.set_meta("summarised_note_id", str(last.id))
             written += 1
         return {"status": "ok", "written": written, "model": settings.model,

@@ -74,6 +74,16 @@ class _StreamNames:
         return iter(self.engine.known_streams())
 
 
+def _origin(exc: BaseException) -> str:
+    """file:line where an exception was raised (its innermost traceback frame)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return "?"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"
+
+
 def _dumps(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
 
@@ -213,10 +223,14 @@ class MemoryEngine:
             out = fn()
         except MemoryError_ as exc:
             if not isinstance(exc, BadRequest):
-                log.warning("%s failed: %s", what, exc.message)
+                log.warning("%s failed: %.300s", what, exc.message)
             return _dumps(exc.to_response())
         except Exception as exc:  # noqa: BLE001 - a request never takes the node down
-            log.exception("%s failed unexpectedly", what)
+            # One line per failed request, whatever it sent (a traceback of a deep recursion
+            # is hundreds of kilobytes); the traceback itself at debug level.
+            log.error("%s failed unexpectedly: %s: %.200s (at %s)", what, type(exc).__name__,
+                      exc, _origin(exc))
+            log.debug("%s: traceback", what, exc_info=True)
             return _dumps(InternalError(f"{what} failed: {type(exc).__name__}").to_response())
         out["took_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         return _dumps(out)
@@ -465,7 +479,10 @@ class MemoryEngine:
         if (prior.pose is None) != (pose is None):
             return None
         tags = dict(prior.tags)
-        tags["repeats"] = int(tags.get("repeats", 1)) + 1
+        count = tags.get("repeats")  # a hand-edited Markdown tag may be anything
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            count = 1
+        tags["repeats"] = count + 1
         tags["last_t"] = now
         self.store.update_tags(prior.id, tags)
         log.info("note folded into #%d (similarity %.3f): %.60s", prior.id, scores[0], req.text)

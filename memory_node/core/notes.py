@@ -17,8 +17,10 @@ list, a "## heading" with lines under it) is picked up as a note of its own at s
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from memory_node.core.types import Pose
+
+log = logging.getLogger("memory_node.notes")
 
 ENTRY_HEADING = re.compile(
     r"^## (?P<when>[^·]*?) · (?P<stream>[A-Za-z0-9_-]+) · (?P<key>n-[0-9a-f]{12})\s*$"
@@ -92,29 +96,40 @@ class NotesLog:
         return self.dir / f"{day_of(t)}_notes.md"
 
     def append(self, entry: NoteEntry) -> Path:
-        """Write the entry and fsync the file (and the directory when the file is new)."""
+        """Write the entry and fsync the file (and the directory when the file is new).
+
+        All or nothing: when a write or the fsync fails (a full disk, a file size limit), the
+        file is cut back to its length before the entry, so a save that was not acknowledged
+        leaves nothing that is read back as a note. An exclusive flock keeps appends of
+        several processes on one directory whole."""
         path = self.path_for(entry.t)
-        text = format_entry(entry)
+        data = format_entry(entry).encode("utf-8")
         with self._lock:
-            new = not path.exists()
-            with open(path, "a", encoding="utf-8") as fh:
-                if new:
-                    fh.write(f"# Notes {day_of(entry.t)}\n\n")
-                elif fh.tell() > 0:
-                    # A hand edit may have left the file without a final newline.
-                    with open(path, "rb") as rf:
-                        rf.seek(-1, os.SEEK_END)
-                        if rf.read(1) != b"\n":
-                            fh.write("\n")
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if new:
-                fd = os.open(self.dir, os.O_RDONLY)
+            created = not path.exists()
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                size = os.fstat(fd).st_size
+                if size == 0:
+                    data = f"# Notes {day_of(entry.t)}\n\n".encode() + data
+                elif os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data  # a hand edit may have left no final newline
                 try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
                     os.fsync(fd)
+                except BaseException:
+                    _cut_back(fd, path, size)
+                    raise
+            finally:
+                os.close(fd)  # releases the flock
+            if created:
+                dfd = os.open(self.dir, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
                 finally:
-                    os.close(fd)
+                    os.close(dfd)
         entry.file = path.name
         return path
 
@@ -127,6 +142,15 @@ class NotesLog:
             out.extend(parse_file(path.read_text(encoding="utf-8", errors="replace"),
                                   path.name, m.group(1), path.stat().st_mtime))
         return out
+
+
+def _cut_back(fd: int, path: Path, size: int) -> None:
+    """Cut a failed append off the file again (shrinking a file needs no free space)."""
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    except OSError as exc:
+        log.error("a failed note append could not be cut off %s: %s", path.name, exc)
 
 
 def _day_start(day: str) -> float:

@@ -34,6 +34,14 @@ SEARCH_FIELDS = (
     "min_score",
 )
 DEFAULT_RADIUS = 2.0
+# Tags the engine writes itself on notes (folding counts repeats): a caller may filter on them
+# but not set them.
+RESERVED_NOTE_TAGS = ("repeats", "last_t")
+# Limits on what a request may hold, checked before anything else looks at it: JSON nested
+# deeper than this, integers beyond 64 bits (SQLite's integers), non-finite numbers, NUL
+# characters (a ROS String ends at the first NUL) and lone surrogates (not UTF-8) are refused.
+MAX_JSON_DEPTH = 32
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass
@@ -78,22 +86,68 @@ def _reject_constant(name: str) -> Any:
     raise BadRequest(f"{name} is not allowed in JSON: numbers must be finite")
 
 
-def loads_strict(raw: str, what: str) -> Any:
-    """json.loads that refuses NaN/Infinity and reports syntax errors with their position."""
+def check_text(name: str, text: str) -> None:
+    """A text field must be UTF-8 text without NUL (ROS would cut it there)."""
+    if "\x00" in text:
+        raise BadRequest(f"{name} contains a NUL character")
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{name} is not valid UTF-8 text (a lone surrogate)") from None
+
+
+def check_json_values(obj: Any, what: str) -> None:
+    """Every value of a parsed request within the limits above (iterative: any depth is safe).
+
+    Errors name the top-level field the bad value is under."""
+    stack: list[tuple[Any, int, str]] = [(obj, 0, what)]
+    while stack:
+        value, depth, name = stack.pop()
+        if isinstance(value, str):
+            check_text(name, value)
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise BadRequest(f"{name} holds an integer beyond 64 bits")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise BadRequest(f"{name} holds a number too large to be finite")
+        elif isinstance(value, (list, dict)):
+            if depth >= MAX_JSON_DEPTH:
+                raise BadRequest(f"{name} is nested more than {MAX_JSON_DEPTH} levels deep")
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    check_text(f"a field name in {name}", key)
+                    stack.append((item, depth + 1, f"'{key[:64]}'" if depth == 0 else name))
+            else:
+                stack.extend((item, depth + 1, name) for item in value)
+
+
+def loads_strict(raw: str, what: str) -> Any:
+    """json.loads that refuses NaN/Infinity and reports syntax errors with their position;
+    the parsed value is then held to the limits of `check_json_values`."""
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"malformed JSON in {what}: {exc.msg} at line {exc.lineno} "
                          f"column {exc.colno}") from None
     except RecursionError:
         raise BadRequest(f"malformed JSON in {what}: nested too deeply") from None
+    except ValueError:  # an integer literal past the interpreter's digit limit (4300)
+        raise BadRequest(f"{what} holds an integer beyond 64 bits") from None
+    check_json_values(obj, what)
+    return obj
 
 
 def _number(name: str, value: Any, *, minimum: float | None = None,
             strictly_positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequest(f"'{name}' must be a number, got {type(value).__name__}")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:
+        raise BadRequest(f"'{name}' is too large for a float") from None
     if not math.isfinite(out):
         raise BadRequest(f"'{name}' must be finite, got {value!r}")
     if strictly_positive and out <= 0:
@@ -157,6 +211,7 @@ def parse_search(
         raise BadRequest(f"search query must be a string, got {type(raw).__name__}")
     if len(raw.encode("utf-8", "surrogatepass")) > max_bytes:
         raise BadRequest(f"search query is larger than {max_bytes} bytes")
+    check_text("search query", raw)
     text = raw.strip()
     if not text:
         raise BadRequest("empty search query: send text, or a JSON object such as "
@@ -279,6 +334,10 @@ def parse_save(raw: Any, *, max_bytes: int) -> SaveRequest:
         text = note.strip()
         if obj.get("tags") is not None:
             tags = check_tags(obj["tags"], allow_range=False)
+            reserved = sorted(set(tags) & set(RESERVED_NOTE_TAGS))
+            if reserved:
+                raise BadRequest(f"tag(s) {', '.join(reserved)} are reserved: the memory "
+                                 "sets them when it folds a repeated note")
     if not text:
         raise BadRequest("empty note: nothing to remember")
     if "\x00" in text:

@@ -15,6 +15,22 @@ SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/mem
             "streams": "/memory/streams"}
 
 
+def ros_text_problem(verb: str, payload: str | None) -> str | None:
+    """Why a payload cannot go out as a ROS String whole, or None: the transport cuts a String
+    at its first NUL (the server would store the rest silently truncated), and cannot encode
+    a lone surrogate (an undecodable byte in the command line)."""
+    from memory_node.core.errors import BadRequest
+    from memory_node.core.query import check_text
+
+    if not payload:
+        return None
+    try:
+        check_text("search query" if verb == "search" else "note", payload)
+    except BadRequest as exc:
+        return exc.message + " (a ROS String cannot carry it; nothing was sent)"
+    return None
+
+
 class ServiceCaller:
     """A tiny rclpy node that calls one of the four services synchronously."""
 
@@ -33,6 +49,10 @@ class ServiceCaller:
     def call(self, verb: str, payload: str | None = None, timeout: float = 10.0) -> str:
         import time
 
+        refused = ros_text_problem(verb, payload)
+        if refused:
+            return json.dumps({"ok": False, "error": {"code": "bad_request",
+                                                      "message": refused}})
         client = self.clients[verb]
         deadline = time.monotonic() + timeout
         if not client.wait_for_service(timeout_sec=timeout):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -46,12 +47,14 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     """Two servers started together (one without, one with a token); both stopped after."""
     started: dict[str, Server] = {}
     try:
-        for name, extra in (("open", []), ("token", ["--token", TOKEN])):
+        # The token the documented way, from the environment (not seen in `ps`).
+        for name, extra in (("open", {}), ("token", {"MEMORY_MCP_TOKEN": TOKEN})):
             root: Path = tmp_path_factory.mktemp(name)
             ids = seed_dir(root)
             port = free_port()
             proc = spawn([sys.executable, "-m", SERVER_MODULE, "--memory-dir", str(root),
-                          "--http", "--port", str(port), *extra], env=server_env(), cwd=REPO)
+                          "--http", "--port", str(port)], env={**server_env(), **extra},
+                         cwd=REPO)
             started[name] = Server(proc, port, ids)
         for server in started.values():
             wait_for_port(server.port, server.proc)
@@ -139,3 +142,25 @@ def leaves(exc: BaseException) -> list[BaseException]:
     if not inner:
         return [exc]
     return [leaf for e in inner for leaf in leaves(e)]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_token_on_the_command_line_is_warned_about(tmp_path, how):
+    """`--token T` is visible to every user in `ps`: it still works, with a warning that names
+    MEMORY_MCP_TOKEN; the variable itself draws none. The token is never echoed."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # memory cannot open under a file: the server exits at once
+    args = [sys.executable, "-m", SERVER_MODULE, "--memory-dir", str(blocker / "m"), "--http"]
+    env = server_env()
+    if how == "flag":
+        args += ["--token", TOKEN]
+    else:
+        env["MEMORY_MCP_TOKEN"] = TOKEN
+    done = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "cannot open memory" in done.stderr
+    assert TOKEN not in done.stderr + done.stdout
+    warned = [line for line in done.stderr.splitlines() if "--token" in line]
+    if how == "flag":
+        assert len(warned) == 1 and "MEMORY_MCP_TOKEN" in warned[0] and "ps" in warned[0]
+    else:
+        assert warned == []

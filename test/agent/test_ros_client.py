@@ -186,3 +186,18 @@ def test_no_server_is_an_unavailable_answer_not_an_exception():
         assert "Streams (configured; the live list is unavailable now): camera" in desc
     closed = json.loads(client.search("x"))
     assert closed["error"] == {"code": "unavailable", "message": "the ROS client is shut down"}
+
+
+@pytest.mark.parametrize("text", ["abc\x00def", "\ud800 door"])
+def test_text_ros_cannot_carry_is_refused_before_sending(text):
+    """ROS cuts a String at NUL ("abc\\x00def" would be stored as "abc" with ok: true) and
+    cannot encode a lone surrogate: the client refuses both itself, at once."""
+    with RosClient(service_prefix="/nobody_serves_this", timeout_s=3.0) as client:
+        for call in (client.search, client.save):
+            t0 = time.monotonic()
+            out = json.loads(call(text))
+            assert time.monotonic() - t0 < 1.0
+            assert out["ok"] is False and out["error"]["code"] == "bad_request"
+            assert ("NUL" if "\x00" in text else "UTF-8") in out["error"]["message"]
+        json_note = json.loads(client.save('{"note": "abc\x00def"}'))
+        assert json_note["error"]["code"] == "bad_request"

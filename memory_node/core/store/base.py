@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,8 +64,12 @@ class ObservationStore(ABC):
     def set_vector(self, obs_id: int, vector: np.ndarray, model_id: str) -> None: ...
 
     @abstractmethod
-    def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None) -> int:
-        """Move rows out of the searchable set into the archive; nothing is destroyed."""
+    def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,
+                kept_tags: tuple[int, Callable[[int], dict]] | None = None) -> int:
+        """Move rows out of the searchable set into the archive; nothing is destroyed.
+
+        `kept_tags` = (id, f): in the same transaction, row id's tags become f(rows moved), so a
+        crash never leaves rows archived without the kept row counting them."""
 
     @abstractmethod
     def stream_stats(self) -> list[dict]: ...

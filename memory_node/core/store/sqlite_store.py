@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +212,8 @@ class SqliteObservationStore(ObservationStore):
             self._w.execute("UPDATE observations SET tags=? WHERE id=?",
                             (json.dumps(tags, separators=(",", ":")), obs_id))
 
-    def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None) -> int:
+    def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,
+                kept_tags: tuple[int, Callable[[int], dict]] | None = None) -> int:
         if not ids:
             return 0
         kept = kept or {}
@@ -242,6 +243,11 @@ class SqliteObservationStore(ObservationStore):
                             "INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')", (oid,)
                         )
                     moved += 1
+                if kept_tags is not None and moved:
+                    kept_id, tags_for = kept_tags
+                    self._w.execute("UPDATE observations SET tags=? WHERE id=?",
+                                    (json.dumps(tags_for(moved), separators=(",", ":")),
+                                     kept_id))
                 self._w.execute("COMMIT")
             except BaseException:
                 self._w.execute("ROLLBACK")
