@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -34,6 +35,22 @@ TF_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
 TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL,
                            history=HistoryPolicy.KEEP_LAST)
+
+
+def ros_network() -> str:
+    """Which ROS 2 network this process joins, as the environment sets it: what to compare
+    when two processes do not see each other."""
+    env = os.environ
+    parts = [f"ROS_DOMAIN_ID={env.get('ROS_DOMAIN_ID') or '0 (unset)'}",
+             f"ROS_AUTOMATIC_DISCOVERY_RANGE={env.get('ROS_AUTOMATIC_DISCOVERY_RANGE') or 'unset'}"]
+    if env.get("ROS_LOCALHOST_ONLY"):
+        parts.append(f"ROS_LOCALHOST_ONLY={env['ROS_LOCALHOST_ONLY']}")
+    return ", ".join(parts)
+
+
+NETWORK_HINT = ("an MCP client starts its servers without your shell's environment: give "
+                "memory-mcp the same ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE (Humble: "
+                "ROS_LOCALHOST_ONLY) as the robot's nodes, in the \"env\" of its configuration")
 
 
 def node_now(node: Node) -> float:
