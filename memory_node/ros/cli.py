@@ -91,10 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.verb} needs a payload")
     import rclpy
 
-    rclpy.init(args=["memory-cli", *ros_args])
+    from rclpy.signals import SignalHandlerOptions
+
+    # No rclpy signal handler: Ctrl-C raises KeyboardInterrupt here (Python's own handler)
+    # while the context stays valid for a clean close, instead of a traceback from a dead
+    # context inside the wait.
+    rclpy.init(args=["memory-cli", *ros_args], signal_handler_options=SignalHandlerOptions.NO)
     caller = ServiceCaller()
     try:
         answer = caller.call(args.verb, args.payload, args.timeout)
+    except KeyboardInterrupt:
+        return 130
     finally:
         caller.close()
         rclpy.try_shutdown()
