@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb in ("search", "save") and not args.payload:
         parser.error(f"{args.verb} needs a payload")
     import rclpy
-
     from rclpy.signals import SignalHandlerOptions
 
     # No rclpy signal handler: Ctrl-C raises KeyboardInterrupt here (Python's own handler)

@@ -15,6 +15,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from memory_node.core.config import MemoryConfig
+from memory_node.core.recording import TimeJumpDetector
 from memory_node.core.types import Pose
 from memory_node.ros import params
 from memory_node.ros.geometry import normalize_angle, stamp_to_seconds, yaw_from_quaternion
@@ -157,6 +158,7 @@ class PoseTracker:
         self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
         self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
         self.odom_max_gap_s = max_gap_s
+        self._odom_jump = TimeJumpDetector()
         self._lock = threading.Lock()
         # raw=True: the callback gets the CDR bytes, read by tf_wire (no message objects).
         node.create_subscription(TFMessage, "/tf", self.on_tf, TF_QOS,
@@ -214,12 +216,11 @@ class PoseTracker:
         if not all(math.isfinite(v) for v in (t, pose.x, pose.y, pose.z, pose.yaw)):
             return  # a NaN pose would poison every fallback after it
         with self._lock:
-            if self._odom_t and t < self._odom_t[-1]:
-                if t < self._odom_t[-1] - 1.0:  # time jumped back (a looping bag): start over
-                    self._odom.clear()
-                    self._odom_t.clear()
-                else:
-                    return  # out of order: keep the history sorted
+            if self._odom_jump.jumped_back(t):  # a looping bag: start over
+                self._odom.clear()
+                self._odom_t.clear()
+            elif self._odom_t and t < self._odom_t[-1]:
+                return  # out of order: keep the history sorted
             self._odom.append(pose)
             self._odom_t.append(t)
         self._fresh.seen("odom", t, node_now(self.node))
