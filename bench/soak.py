@@ -200,7 +200,7 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "recorder": {s: {k: rec.get(s, {}).get(k) for k in ("received", "kept", "dropped",
                                                                  "stored", "failed")}
                          for s in ("camera", "lidar", "odom")},
-            "node_problems": node.problems()[:20],
+            "node_problems": node.problems(),
         }
     finally:
         if replay is not None:
@@ -283,7 +283,7 @@ def run_soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "store_mb": round(_dir_bytes(mem) / 2**20, 1), "rows": rows,
             "store_kb_per_row": round(_dir_bytes(mem) / 1024 / max(rows, 1), 2),
             "recorder_dropped": samples[-1]["dropped"] if samples else None,
-            "node_problems": node.problems()[:20],
+            "node_problems": node.problems(),
             "series": samples,
         }
     finally:
@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run(args, work)
             write_json(args.out / f"soak_{name}.json", result)
             shown = {k: v for k, v in result.items() if k != "series"}
+            shown["node_problems"] = result["node_problems"][:20]
             print(json.dumps(shown, indent=1))
     return 0
 
