@@ -94,6 +94,10 @@ class FleetStore:
         self._lock = threading.RLock()
         self._hnsw: dict[str, int] | None = None
 
+    def scrub(self, message: str) -> str:
+        """A message with this store's password (if it shows up) removed."""
+        return scrub(message, self._url)
+
     # ---- connection -----------------------------------------------------------------------
     def _connect(self) -> Any:
         import psycopg

@@ -15,6 +15,7 @@ with exponential backoff; the outbox keeps growing meanwhile and drains when it 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import random
@@ -225,12 +226,14 @@ class FleetSync:
         self.store.ensure_schema(create=self.init_schema)
         fleet_uuid = self.store.meta("fleet_uuid") or ""
         acked = self.store.acked_seq(self.robot_id, self.outbox.store_id)
-        if self.outbox.get_meta("fleet_uuid") not in (None, fleet_uuid):
-            # Another (or a re-created) fleet database: it has none of this store's rows.
-            log.warning("the fleet database is not the one this store synced to before: "
-                        "sending every row again")
+        identity = json.dumps({"fleet": fleet_uuid, "robot": self.robot_id, "map": self.map_id})
+        if self.outbox.get_meta("fleet_identity") not in (None, identity):
+            # Another (or a re-created) fleet database, or a new robot or map id for this
+            # store: what was acknowledged before does not hold for it.
+            log.warning("fleet database, robot id or map id changed since this store last "
+                        "synced: sending every row again")
             self.outbox.requeue_all()
-        self.outbox.set_meta("fleet_uuid", fleet_uuid)
+        self.outbox.set_meta("fleet_identity", identity)
         self.outbox.trim(acked)
         self.cursor = acked
 
@@ -294,7 +297,15 @@ class FleetSync:
                 if once and self.outbox.pending(self.cursor or 0) == 0:
                     return True
                 time.sleep(interval_s)
-            except FleetUnavailable as exc:
+            except (FleetUnavailable, Exception) as exc:  # noqa: BLE001 - retried, logged
+                if not isinstance(exc, FleetUnavailable):
+                    import psycopg
+
+                    if not isinstance(exc, psycopg.Error):
+                        raise
+                    exc = FleetUnavailable(  # e.g. a permission or constraint refusal
+                        f"the fleet store refused a batch: {type(exc).__name__}: "
+                        f"{self.store.scrub(str(exc).strip())}")
                 failures += 1
                 self.stats.retries += 1
                 self.stats.last_error = str(exc)
