@@ -129,12 +129,16 @@ class StatsListener:
             pass
 
 
-def _client(ctx: Any, idx: int, n: int, seed: int, out: list[dict[str, Any]],
-            timeout: float) -> None:
+def _client(idx: int, n: int, seed: int, out_path: Path, timeout: float) -> None:
+    """One client process: its own rclpy, one node, `n` requests one after another."""
+    import rclpy
+
     from memory_node.ros.cli import ServiceCaller
 
     rng = random.Random(seed + idx)
-    caller = ServiceCaller(f"bench_soak_client_{idx}", context=ctx)
+    rclpy.init()
+    caller = ServiceCaller(f"bench_soak_client_{idx}")
+    out = []
     try:
         for i in range(n):
             r = rng.random()
@@ -149,11 +153,22 @@ def _client(ctx: Any, idx: int, n: int, seed: int, out: list[dict[str, Any]],
             answer = json.loads(caller.call(verb, payload, timeout))
             ms = (time.perf_counter() - start) * 1000
             code = "ok" if answer.get("ok") else answer["error"]["code"]
-            unanswered = code == "unavailable" and "did not answer" in \
-                answer["error"]["message"]
-            out.append({"verb": verb, "ms": ms, "code": code, "unanswered": unanswered})
+            message = "" if answer.get("ok") else answer["error"]["message"]
+            out.append({"verb": verb, "ms": ms, "code": code, "message": message[:120],
+                        "unanswered": code == "unavailable" and "did not answer" in message})
     finally:
         caller.close()
+        rclpy.try_shutdown()
+        out_path.write_text(json.dumps(out))
+
+
+def _client_process(idx: int, n: int, seed: int, out_path: Path) -> subprocess.Popen:
+    """Each client in a process of its own, as separate agents or tools would be (several
+    rclpy executors spinning in threads of one process lose responses of their own)."""
+    code = ("import sys; from pathlib import Path; from bench.soak import _client; "
+            f"_client({idx}, {n}, {seed}, Path({str(out_path)!r}), 30.0)")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -172,16 +187,15 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         replay = Proc([_bin("memory-replay"), str(bag), "--rate", str(args.rate)],
                       work / "load_replay.log")
         time.sleep(3.0)  # the replay's clock is running before the first request
-        results: list[dict[str, Any]] = []
-        threads = [threading.Thread(target=_client, args=(ctx, i, args.requests, args.seed,
-                                                          results, 30.0))
-                   for i in range(args.clients)]
         start = time.monotonic()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        procs = [_client_process(i, args.requests, args.seed, work / f"client_{i}.json")
+                 for i in range(args.clients)]
+        for proc in procs:
+            proc.wait()
         took = time.monotonic() - start
+        results: list[dict[str, Any]] = []
+        for i in range(args.clients):
+            results += json.loads((work / f"client_{i}.json").read_text())
         replay.popen.wait(600)
         time.sleep(2 * 1.0 + 5.0)  # the recorder's last stats
         per_kind = {}
@@ -191,7 +205,9 @@ def run_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for r in results:
                 if r["verb"] == verb:
                     codes[r["code"]] = codes.get(r["code"], 0) + 1
-            per_kind[verb] = {"n": len(ms), **percentiles(ms), "codes": codes}
+            per_kind[verb] = {"n": len(ms), **percentiles(ms), "codes": codes,
+                              "not_ok": sorted({r["message"] for r in results
+                                                if r["verb"] == verb and r["code"] != "ok"})[:5]}
         rec = stats.latest or {}
         return {
             "clients": args.clients, "requests_per_client": args.requests, "rate": args.rate,

@@ -59,6 +59,10 @@ RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
 
 SERVER_PARAMS: dict[str, tuple[Any, str]] = {
     "autostart": (True, "configure and activate at start (memory-server)"),
+    "backend": ("local", "local: the store in memory_dir; fleet: the shared PostgreSQL store"),
+    "fleet_url": ("", "PostgreSQL URL of the fleet store, no password ('' = $MEMORY_FLEET_URL)"),
+    "robot_id": ("", "this robot's id in a fleet ('' = the host name)"),
+    "map_id": ("", "the map this robot's poses are in ('' = <robot_id>/map)"),
     "max_pending_requests": (64, "requests waiting for the engine; more are refused"),
     "service_queue_depth": (1000, "requests the middleware keeps for each service"),
     "clock_wait_s": (2.0, "with use_sim_time: how long a request waits for a first /clock"),
@@ -67,6 +71,7 @@ SERVER_PARAMS: dict[str, tuple[Any, str]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "sensor_reliability": ("best_effort", "reliable"),
     "stamp_source": ("header", "receipt", "auto"),
+    "backend": ("local", "fleet"),
 }
 
 # Parameters every ROS 2 node has.

@@ -116,6 +116,18 @@ class MemoryServer(LifecycleNode):
         take and refuse what is beyond that bound (so every request gets an answer)."""
         return min(256, int(self.settings["max_pending_requests"]) + 4)
 
+    def _open_engine(self, config: MemoryConfig) -> Any:
+        """The local engine over memory_dir, or (backend fleet) the same contract served from
+        the fleet's PostgreSQL store."""
+        kwargs = {"clock": self.engine_clock, "pose_provider": self.current_pose}
+        if self.settings["backend"] != "fleet":
+            return self._engine_factory(config, **kwargs)
+        from memory_node.fleet.engine import open_engine
+
+        p = self.settings
+        return open_engine(config, fleet_url=p["fleet_url"] or None,
+                           robot_id=p["robot_id"] or None, map_id=p["map_id"] or None, **kwargs)
+
     def current_pose(self) -> Any:
         return self.poses.current_pose()
 
@@ -156,8 +168,7 @@ class MemoryServer(LifecycleNode):
                     f"({', '.join(changed)}); shut the node down to switch")
                 return TransitionCallbackReturn.FAILURE
             try:
-                self.engine = self._engine_factory(
-                    config, clock=self.engine_clock, pose_provider=self.current_pose)
+                self.engine = self._open_engine(config)
             except Exception as exc:  # noqa: BLE001 - any failure means: not configured
                 self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
                 return TransitionCallbackReturn.FAILURE

@@ -289,3 +289,30 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
         with psycopg.connect(pg.url, autocommit=True) as conn:
             conn.execute('DROP ROLE IF EXISTS "go2-07"')
             conn.execute("DROP ROLE IF EXISTS memory_robot")
+
+
+def test_memory_server_backend_fleet_serves_the_same_services(fleet, ros_process, tmp_path):
+    """`memory-server -p backend:=fleet` (URL from the environment) answers /memory/search
+    and /memory/streams from the shared store, robot in every result."""
+    import rclpy
+
+    from memory_node.ros.cli import ServiceCaller
+
+    proc = ros_process(["-m", "memory_node.ros.server", "--ros-args", "-p", "backend:=fleet",
+                        "-p", "robot_id:=r1", "-p", f"memory_dir:={tmp_path / 'unused'}"],
+                       env={"MEMORY_FLEET_URL": fleet["url"]})
+    proc.wait_for_line(r"active: /memory/search", timeout=120)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    caller = ServiceCaller("fleet_server_client", context=ctx)
+    try:
+        ans = json.loads(caller.call("search", json.dumps({"semantic_query": "red door",
+                                                           "robot": ["r2", "r3"], "k": 5}),
+                                     30.0))
+        assert ans["ok"], ans
+        assert ans["results"] and {r["robot"] for r in ans["results"]} <= {"r2", "r3"}
+        streams = json.loads(caller.call("streams", None, 30.0))
+        assert streams["ok"] and {s["name"] for s in streams["streams"]} >= {"camera", "events"}
+    finally:
+        caller.close()
+        rclpy.shutdown(context=ctx)

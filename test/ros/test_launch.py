@@ -8,52 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import rclpy
+from launch_support import RUN_LAUNCH, install_prefix
 from rcl_interfaces.srv import GetParameters
 
 from memory_node.ros.cli import ServiceCaller
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = {"memory_server", "memory_recorder", "memory_tf_listener"}
-
-RUN_LAUNCH = """
-import sys
-import launch
-from launch.actions import IncludeLaunchDescription
-from launch.launch_description_sources import PythonLaunchDescriptionSource
-
-path, *arguments = sys.argv[1:]
-ld = launch.LaunchDescription([IncludeLaunchDescription(
-    PythonLaunchDescriptionSource(path),
-    launch_arguments=[tuple(a.split(":=", 1)) for a in arguments])])
-service = launch.LaunchService(argv=[])
-service.include_launch_description(ld)
-sys.exit(service.run())
-"""
-
-
-def install_prefix(prefix: Path) -> Path:
-    """What `colcon build` installs for launch_ros to find: lib/memory_node/<executable>,
-    the ament index entry, and share/memory_node/{config,launch}."""
-    lib = prefix / "lib" / "memory_node"
-    lib.mkdir(parents=True)
-    exe = Path(sys.executable).parent / "memory-node"
-    assert exe.exists(), f"{exe} is not installed (make setup)"
-    (lib / "memory-node").symlink_to(exe)
-    index = prefix / "share" / "ament_index" / "resource_index" / "packages"
-    index.mkdir(parents=True)
-    (index / "memory_node").write_text("")
-    share = prefix / "share" / "memory_node"
-    for sub in ("config", "launch"):
-        shutil.copytree(ROOT / sub, share / sub)
-    return share / "launch" / "memory.launch.py"
-
 
 def get_params(node, executor, target: str, names: list[str]) -> list:
     client = node.create_client(GetParameters, f"/{target}/get_parameters")
