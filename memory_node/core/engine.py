@@ -19,12 +19,32 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
+from memory_node.core.contract import (
+    CompactAnswer,
+    ErrorAnswer,
+    PoseOut,
+    ResultItem,
+    SaveAnswer,
+    SaveNote,
+    SearchAnswer,
+    SearchQuery,
+    StreamInfo,
+    StreamsAnswer,
+    VisitsAnswer,
+)
 from memory_node.core.errors import BadRequest, InternalError, MemoryError_, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
-from memory_node.core.query import SaveRequest, SearchRequest, parse_save, parse_search
+from memory_node.core.query import (
+    SaveRequest,
+    SearchPlan,
+    check_tag_names,
+    plan_search,
+    read_save,
+    read_search,
+)
 from memory_node.core.store.sqlite_store import SqliteObservationStore
-from memory_node.core.types import NO_POSE_DICT, Observation, Pose
+from memory_node.core.types import Observation, Pose, RowFilter
 from memory_node.core.vectors import top_k
 
 log = logging.getLogger("memory_node.engine")
@@ -65,10 +85,10 @@ class _StreamNames:
         self.engine = engine
 
     def __contains__(self, name: object) -> bool:
-        if name in self.engine.known_streams():
-            return True
-        self.engine._streams_cache = None  # noqa: SLF001
-        return name in self.engine.known_streams()
+        return isinstance(name, str) and self.engine.has_stream(name)
+
+    def __len__(self) -> int:
+        return len(self.engine.known_streams())
 
     def __iter__(self):
         return iter(self.engine.known_streams())
@@ -84,8 +104,22 @@ def _origin(exc: BaseException) -> str:
     return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"
 
 
-def _dumps(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+def dumps(answer: Any) -> str:
+    """An answer as the JSON text the services send (one line, UTF-8, no NaN)."""
+    return json.dumps(answer.model_dump(), ensure_ascii=False, allow_nan=False,
+                      separators=(", ", ": "))
+
+
+def pose_out(pose: Pose | None) -> PoseOut:
+    """A stored pose in an answer (rounded like DESIGN.md's examples); all null without one."""
+    return PoseOut() if pose is None else PoseOut(**pose.to_dict())
+
+
+def result_item(obs: Observation, score: float | None) -> ResultItem:
+    """One search result (DESIGN.md's shape)."""
+    return ResultItem(id=obs.id, stream=obs.stream, t=obs.t, pose=pose_out(obs.pose),
+                      score=None if score is None else round(float(score), 6), tags=obs.tags,
+                      text=obs.text, ref=obs.ref)
 
 
 class MemoryEngine:
@@ -214,8 +248,9 @@ class MemoryEngine:
                 self._qcache.popitem(last=False)
         return vec
 
-    # ---- JSON contract ------------------------------------------------------------------
-    def _answer(self, fn: Callable[[], dict[str, Any]], what: str) -> str:
+    # ---- JSON contract: the edge --------------------------------------------------------
+    def _guard(self, fn: Callable[[], Any], what: str) -> Any:
+        """Run one request: its typed answer with took_ms, or an ErrorAnswer; never raises."""
         t0 = time.perf_counter()
         try:
             if self.store is None:
@@ -224,28 +259,61 @@ class MemoryEngine:
         except MemoryError_ as exc:
             if not isinstance(exc, BadRequest):
                 log.warning("%s failed: %.300s", what, exc.message)
-            return _dumps(exc.to_response())
+            return ErrorAnswer.of(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a request never takes the node down
             # One line per failed request, whatever it sent (a traceback of a deep recursion
             # is hundreds of kilobytes); the traceback itself at debug level.
             log.error("%s failed unexpectedly: %s: %.200s (at %s)", what, type(exc).__name__,
                       exc, _origin(exc))
             log.debug("%s: traceback", what, exc_info=True)
-            return _dumps(InternalError(f"{what} failed: {type(exc).__name__}").to_response())
-        out["took_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-        return _dumps(out)
+            return ErrorAnswer.of(InternalError.code, f"{what} failed: {type(exc).__name__}")
+        out.took_ms = round((time.perf_counter() - t0) * 1000, 3)
+        return out
 
+    # Typed calls that never raise (the in-process client's path: no JSON on the way).
+    def answer_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        return self._guard(lambda: self.run_query(query), "search")
+
+    def answer_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+        return self._guard(lambda: self.remember(note), "save")
+
+    def answer_compact(self) -> CompactAnswer | ErrorAnswer:
+        return self._guard(self.run_compaction, "compact")
+
+    def answer_streams(self) -> StreamsAnswer | ErrorAnswer:
+        return self._guard(self.list_streams, "streams")
+
+    # The JSON strings of DESIGN.md (the ROS server and ROS clients' path).
     def search(self, query: str) -> str:
-        return self._answer(lambda: self.search_dict(query), "search")
+        return dumps(self._guard(lambda: self.run_query(self.read_search(query)), "search"))
 
     def save(self, note: str) -> str:
-        return self._answer(lambda: self.save_dict(note), "save")
+        return dumps(self._guard(lambda: self.remember(self.read_save(note)), "save"))
 
     def compact(self) -> str:
-        return self._answer(self.compact_dict, "compact")
+        return dumps(self.answer_compact())
 
     def streams(self) -> str:
-        return self._answer(self.streams_dict, "streams")
+        return dumps(self.answer_streams())
+
+    # dict forms, for callers that want the JSON shape without the string (raise on error)
+    def search_dict(self, query: str) -> dict[str, Any]:
+        return self.run_query(self.read_search(query)).model_dump()
+
+    def save_dict(self, note: str) -> dict[str, Any]:
+        return self.remember(self.read_save(note)).model_dump()
+
+    def compact_dict(self) -> dict[str, Any]:
+        return self.run_compaction().model_dump()
+
+    def streams_dict(self) -> dict[str, Any]:
+        return self.list_streams().model_dump()
+
+    def read_search(self, query: str) -> SearchQuery:
+        return read_search(query, max_bytes=self.config.max_query_bytes)
+
+    def read_save(self, note: str) -> SaveNote:
+        return read_save(note, max_bytes=self.config.max_note_bytes)
 
     # ---- search ---------------------------------------------------------------------------
     def known_streams(self) -> set[str]:
@@ -255,12 +323,35 @@ class MemoryEngine:
             self._streams_cache = set(self.config.streams) | self.store.stream_names()
         return self._streams_cache
 
-    def parse_search(self, query: str) -> SearchRequest:
+    def has_stream(self, name: str) -> bool:
+        """Whether `name` is a stream; a miss refreshes the cache once (another process may
+        have written a new stream)."""
+        if name in self.known_streams():
+            return True
+        self._streams_cache = None
+        return name in self.known_streams()
+
+    # Contract fields whose feature this engine does not have yet: refused, never ignored.
+    UNSUPPORTED_SEARCH = {
+        "near": "named places", "seen_near": "view-cone search",
+        "include_archived": "searching archived rows", "visits": "visits",
+        "robot": "robot ids (a fleet store)", "map": "maps (a fleet store)",
+    }
+
+    def plan(self, query: SearchQuery) -> SearchPlan:
+        """Resolve a search against the clock, the streams, the tags and the current pose."""
+        for name, feature in self.UNSUPPORTED_SEARCH.items():
+            value = getattr(query, name)
+            if value is not None and value is not False:
+                raise BadRequest(f"'{name}' is not supported yet by this memory ({feature})")
         cfg = self.config
-        req = parse_search(query, now=self.clock(), known_streams=_StreamNames(self),
-                           k_default=cfg.k_default, k_max=cfg.k_max,
-                           max_bytes=cfg.max_query_bytes)
-        if req.near_here:
+        plan = plan_search(query, now=self.clock(), known_streams=_StreamNames(self),
+                           k_default=cfg.k_default, k_max=cfg.k_max)
+        if plan.tags or plan.order_by not in ("score", "time", "-time"):
+            catalogue = self.store.tag_catalogue()
+            if catalogue is not None:
+                check_tag_names(plan, catalogue, self.store.has_tag)
+        if plan.near_here:
             pose = self.pose_provider()
             if pose is None:
                 raise Unavailable("near_here: the robot's current pose is unknown (no TF "
@@ -268,21 +359,22 @@ class MemoryEngine:
             if pose.stale:
                 raise Unavailable(f"near_here: the robot's newest pose is {pose.age_s:.2f} s old "
                                   "(older than max_pose_age_s): TF is not arriving or lags")
-            req.near = (pose.x, pose.y)
-        return req
+            plan.near = (pose.x, pose.y)
+        return plan
 
-    def search_dict(self, query: str) -> dict[str, Any]:
-        req = self.parse_search(query)
-        pairs, notes = self.run_search(req)
-        results = [obs.to_result(score) for obs, score in pairs]
-        out: dict[str, Any] = {"ok": True, "results": results, "count": len(results)}
-        if req.k_capped:
+    def parse_search(self, query: str) -> SearchPlan:
+        """A payload straight to a plan (benchmarks time the two halves apart)."""
+        return self.plan(self.read_search(query))
+
+    def run_query(self, query: SearchQuery) -> SearchAnswer:
+        plan = self.plan(query)
+        pairs, notes = self.run_search(plan)
+        results = [result_item(obs, score) for obs, score in pairs]
+        if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
-        if notes:
-            out["notes"] = notes
-        return out
+        return SearchAnswer(results=results, count=len(results), notes=notes or None)
 
-    def run_search(self, req: SearchRequest) -> tuple[list[tuple[Observation, float | None]],
+    def run_search(self, req: SearchPlan) -> tuple[list[tuple[Observation, float | None]],
                                                       list[str]]:
         """The planner: filters first, then ranking, exact for every filtered query."""
         self.sync()
@@ -290,14 +382,13 @@ class MemoryEngine:
         if req.empty_window:
             return [], ["the time window is empty (its start is after its end)"]
         if not req.semantic_query:
-            return [(o, None) for o in self.store.ordered(req, req.k)], notes
+            return [(o, None) for o in self.store.ordered(req.filter, req.order_by, req.k)], notes
 
         keys = self.indexes.keys_for(req.streams)
         if not keys:
             notes.append("no embedded rows in the requested stream(s): semantic_query ignored,"
                          " newest first")
-            req_time = SearchRequest(**{**req.__dict__, "order_by": "-time"})
-            return [(o, None) for o in self.store.ordered(req_time, req.k)], notes
+            return [(o, None) for o in self.store.ordered(req.filter, "-time", req.k)], notes
         qvecs = {m: self.query_vector(m, req.semantic_query) for m in {k[0] for k in keys}}
 
         if req.order_by != "score":
@@ -323,10 +414,10 @@ class MemoryEngine:
                     scored_vals.append(s)
             if matched < req.k:  # too few embedded matches: rows without vectors fill in
                 have = set(np.concatenate(scored_ids).tolist()) if scored_ids else set()
-                unscored = [i for i in self.store.candidates(req).ids.tolist()
+                unscored = [i for i in self.store.candidates(req.filter).ids.tolist()
                             if i not in have]
         elif req.has_filters:
-            cand = self.store.candidates(req)
+            cand = self.store.candidates(req.filter)
             groups: dict[tuple[str, str], list[int]] = {}
             for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids):
                 if model_id is not None and qvecs.get(model_id) is not None:
@@ -365,8 +456,7 @@ class MemoryEngine:
         missing = req.k - len(out)
         if missing > 0 and req.min_score is None:
             if not req.has_filters:
-                fill = self.store.ordered(
-                    SearchRequest(**{**req.__dict__, "order_by": "-time"}), req.k + len(out))
+                fill = self.store.ordered(req.filter, "-time", req.k + len(out))
                 have = {o.id for o, _ in out}
                 fill = [o for o in fill if o.id not in have
                         and not self.indexes.contains(o.model_id, o.stream, o.id)]
@@ -376,10 +466,10 @@ class MemoryEngine:
             out.extend((o, None) for o in fill[:missing])
         return out, notes
 
-    def _ordered_with_scores(self, req: SearchRequest, qvecs: dict[str, np.ndarray | None]
+    def _ordered_with_scores(self, req: SearchPlan, qvecs: dict[str, np.ndarray | None]
                              ) -> list[tuple[Observation, float | None]]:
         """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
-        cand = self.store.candidates(req)
+        cand = self.store.candidates(req.filter)
         rows = self.store.get(cand.ids.tolist())
         scored: list[tuple[Observation, float | None]] = []
         for obs in rows.values():
@@ -407,14 +497,16 @@ class MemoryEngine:
         return scored[: req.k]
 
     # ---- save -----------------------------------------------------------------------------
-    def save_dict(self, note: str) -> dict[str, Any]:
-        req = parse_save(note, max_bytes=self.config.max_note_bytes)
-        return self.save_note(req)
+    def remember(self, note: SaveNote) -> SaveAnswer:
+        """`save`: a note stamped with the current pose and time (or a place name)."""
+        if note.place is not None:
+            raise BadRequest("'place' is not supported yet by this memory (named places)")
+        return self.save_note(SaveRequest(text=note.text, tags=dict(note.tags or {})))
 
     def save_note(self, req: SaveRequest, stream: str = "events",
-                  t: float | None = None, pose: Pose | None | str = "current") -> dict[str, Any]:
+                  t: float | None = None, pose: Pose | None | str = "current") -> SaveAnswer:
         now = self.clock() if t is None else t
-        if pose == "current":
+        if isinstance(pose, str):  # "current"
             pose = self.pose_provider()
         vec: np.ndarray | None = None
         try:
@@ -444,8 +536,7 @@ class MemoryEngine:
         except Exception:  # noqa: BLE001 - in Markdown already; the next start indexes it
             log.exception("note %s is in %s but could not be added to memory.db", entry.key,
                           entry.file)
-            return {"ok": True, "id": None, "t": now,
-                    "pose": pose.to_dict() if pose else dict(NO_POSE_DICT), "indexed": False}
+            return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=False)
         indexed = vec is not None
         if indexed:
             try:
@@ -453,17 +544,16 @@ class MemoryEngine:
             except Exception:  # noqa: BLE001
                 log.exception("note %d stored but the index could not be updated", oid)
                 indexed = False
-        return {"ok": True, "id": oid, "t": now,
-                "pose": pose.to_dict() if pose else dict(NO_POSE_DICT), "indexed": indexed}
+        return SaveAnswer(id=oid, t=now, pose=pose_out(pose), indexed=indexed)
 
     def _fold_note(self, req: SaveRequest, vec: np.ndarray, now: float,
-                   pose: Pose | None) -> dict[str, Any] | None:
+                   pose: Pose | None) -> SaveAnswer | None:
         """A note that repeats a recent one (same meaning, same place) is folded into it."""
         cfg = self.config
-        probe = SearchRequest(streams=("events",), t_min=now - cfg.note_fold_window_s,
-                              t_max=now + 1e-6, k=1)
-        if pose is not None:
-            probe.near, probe.radius = (pose.x, pose.y), cfg.note_fold_radius_m
+        probe = RowFilter(streams=("events",), t_min=now - cfg.note_fold_window_s,
+                          t_max=now + 1e-6,
+                          near=None if pose is None else (pose.x, pose.y),
+                          radius=cfg.note_fold_radius_m)
         self.sync()
         key = (self.text_model_id, "events")
         idx = self.indexes.get(key)
@@ -486,21 +576,20 @@ class MemoryEngine:
         tags["last_t"] = now
         self.store.update_tags(prior.id, tags)
         log.info("note folded into #%d (similarity %.3f): %.60s", prior.id, scores[0], req.text)
-        return {"ok": True, "id": prior.id, "t": prior.t,
-                "pose": prior.pose.to_dict() if prior.pose else dict(NO_POSE_DICT),
-                "indexed": True, "folded": True}
+        return SaveAnswer(id=prior.id, t=prior.t, pose=pose_out(prior.pose), indexed=True,
+                          folded=True)
 
     # ---- streams / compact ------------------------------------------------------------------
-    def streams_dict(self) -> dict[str, Any]:
-        return {"ok": True, "streams": self.store.stream_stats()}
+    def list_streams(self) -> StreamsAnswer:
+        return StreamsAnswer(streams=[StreamInfo(**e) for e in self.store.stream_stats()])
 
-    def compact_dict(self) -> dict[str, Any]:
+    def run_compaction(self) -> CompactAnswer:
         from memory_node.core.compaction import Compactor
 
         if not self._compact_lock.acquire(blocking=False):
             raise Unavailable("a compaction is already running")
         try:
-            return Compactor(self).run()
+            return CompactAnswer.model_validate(Compactor(self).run())
         finally:
             self._compact_lock.release()
 
