@@ -4,6 +4,10 @@ Skills, the MCP server and the prompt helpers only need five calls (DESIGN.md's 
 plus the robot's current pose) and the memory's clock, so they run unchanged on the
 in-process engine (`EngineClient`, no ROS) or on the ROS services (`RosClient` in
 `ros_client.py`, which imports rclpy lazily).
+
+The typed calls (`ask_search`, `ask_save`, `ask_compact`, `ask_streams`) take and return the
+models of `core/contract.py`. By default they go through the JSON strings (the ROS client's
+path: JSON is the wire); the in-process client passes the models straight to the engine.
 """
 
 from __future__ import annotations
@@ -13,21 +17,58 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from memory_node.core.config import DEFAULT_STREAMS
+from memory_node.core.contract import (
+    CompactAnswer,
+    ErrorAnswer,
+    SaveAnswer,
+    SaveNote,
+    SearchAnswer,
+    SearchQuery,
+    StreamsAnswer,
+    VisitsAnswer,
+)
 from memory_node.core.types import Pose
 
 if TYPE_CHECKING:
     from memory_node.core.engine import MemoryEngine
 
-__all__ = ["EngineClient", "MemoryClient", "error_json"]
+__all__ = ["EngineClient", "MemoryClient", "error_json", "read_answer"]
+
+A = TypeVar("A", bound=BaseModel)
 
 
 def error_json(code: str, message: str) -> str:
     """A failure in the contract's shape, for failures the client itself detects."""
     return json.dumps({"ok": False, "error": {"code": code, "message": message}},
                       ensure_ascii=False)
+
+
+def read_answer(raw: Any, model: type[A]) -> A | ErrorAnswer:
+    """A service's JSON answer as `model`, or the ErrorAnswer it carries; an answer that is not
+    the contract's shape becomes an `internal` ErrorAnswer saying so."""
+    try:
+        obj = json.loads(raw)
+    except (TypeError, ValueError):
+        return ErrorAnswer.of("internal", "memory answered something that is not JSON: "
+                              f"{str(raw)[:200]!r}")
+    if not isinstance(obj, dict):
+        return ErrorAnswer.of("internal", "memory answered an unexpected JSON value")
+    try:
+        if obj.get("ok") is not True:
+            err = obj.get("error") if isinstance(obj.get("error"), dict) else {}
+            return ErrorAnswer.of(str(err.get("code", "internal")),
+                                  str(err.get("message", "memory reported a failure")))
+        if model is SearchAnswer and "visits" in obj:
+            return VisitsAnswer.model_validate(obj)  # type: ignore[return-value]
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        return ErrorAnswer.of("internal", f"memory answered an unexpected shape: "
+                              f"{exc.errors()[0].get('loc')}")
 
 
 class MemoryClient(ABC):
@@ -50,6 +91,19 @@ class MemoryClient(ABC):
     @abstractmethod
     def current_pose(self) -> Pose | None:
         """The robot's pose in the world frame now, or None when unknown."""
+
+    # Typed calls: the contract's models in and out; never raise for a failure (ErrorAnswer).
+    def ask_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        return read_answer(self.search(query.to_json()), SearchAnswer)
+
+    def ask_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+        return read_answer(self.save(note.to_json()), SaveAnswer)
+
+    def ask_compact(self) -> CompactAnswer | ErrorAnswer:
+        return read_answer(self.compact(), CompactAnswer)
+
+    def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
+        return read_answer(self.streams(), StreamsAnswer)
 
     def now(self) -> float:
         """The memory's clock (seconds): what "seconds ago" and "N min ago" count from.
@@ -94,6 +148,22 @@ class EngineClient(MemoryClient):
 
     def streams(self) -> str:
         return self._call(self.engine.streams)
+
+    def ask_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_search(query)
+
+    def ask_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_save(note)
+
+    def ask_compact(self) -> CompactAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_compact()
+
+    def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_streams()
 
     def current_pose(self) -> Pose | None:
         return self.engine.pose_provider()
