@@ -159,7 +159,9 @@ def _parser() -> argparse.ArgumentParser:
 def _make_client(args: argparse.Namespace, ros_args: list[str]) -> MemoryClient:
     if args.ros:
         from memory_node.agent.ros_client import RosClient
+        from memory_node.ros.common import ros_network
 
+        log.info("memory-mcp: memory over the ROS 2 services on %s", ros_network())
         return RosClient(timeout_s=args.timeout, args=["memory-mcp", *ros_args])
     from memory_node.core.config import MemoryConfig
     from memory_node.core.engine import MemoryEngine

@@ -127,9 +127,12 @@ class RosClient(MemoryClient):
             return error_json("unavailable", "the ROS client is shut down")
         deadline = time.monotonic() + self.timeout_s
         if not client.wait_for_service(timeout_sec=self.timeout_s):
+            from memory_node.ros.common import NETWORK_HINT, ros_network
+
             return error_json("unavailable",
-                              f"no memory server answers on {service} (is memory-server "
-                              f"running and active, in the same ROS domain?)")
+                              f"no memory server answers on {service} within "
+                              f"{self.timeout_s:g} s (this client: {ros_network()}); is "
+                              f"memory-node running on the same ROS network? {NETWORK_HINT}")
         done = threading.Event()
         future = client.call_async(request)
         future.add_done_callback(lambda _f: done.set())

@@ -90,11 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb in ("search", "save") and not args.payload:
         parser.error(f"{args.verb} needs a payload")
     import rclpy
+    from rclpy.signals import SignalHandlerOptions
 
-    rclpy.init(args=["memory-cli", *ros_args])
+    # No rclpy signal handler: Ctrl-C raises KeyboardInterrupt here (Python's own handler)
+    # while the context stays valid for a clean close, instead of a traceback from a dead
+    # context inside the wait.
+    rclpy.init(args=["memory-cli", *ros_args], signal_handler_options=SignalHandlerOptions.NO)
     caller = ServiceCaller()
     try:
         answer = caller.call(args.verb, args.payload, args.timeout)
+    except KeyboardInterrupt:
+        return 130
     finally:
         caller.close()
         rclpy.try_shutdown()

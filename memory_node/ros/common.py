@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -14,6 +15,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from memory_node.core.config import MemoryConfig
+from memory_node.core.recording import TimeJumpDetector
 from memory_node.core.types import Pose
 from memory_node.ros import params
 from memory_node.ros.geometry import normalize_angle, stamp_to_seconds, yaw_from_quaternion
@@ -34,6 +36,22 @@ TF_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
 TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.TRANSIENT_LOCAL,
                            history=HistoryPolicy.KEEP_LAST)
+
+
+def ros_network() -> str:
+    """Which ROS 2 network this process joins, as the environment sets it: what to compare
+    when two processes do not see each other."""
+    env = os.environ
+    parts = [f"ROS_DOMAIN_ID={env.get('ROS_DOMAIN_ID') or '0 (unset)'}",
+             f"ROS_AUTOMATIC_DISCOVERY_RANGE={env.get('ROS_AUTOMATIC_DISCOVERY_RANGE') or 'unset'}"]
+    if env.get("ROS_LOCALHOST_ONLY"):
+        parts.append(f"ROS_LOCALHOST_ONLY={env['ROS_LOCALHOST_ONLY']}")
+    return ", ".join(parts)
+
+
+NETWORK_HINT = ("an MCP client starts its servers without your shell's environment: give "
+                "memory-mcp the same ROS_DOMAIN_ID and ROS_AUTOMATIC_DISCOVERY_RANGE (Humble: "
+                "ROS_LOCALHOST_ONLY) as the robot's nodes, in the \"env\" of its configuration")
 
 
 def node_now(node: Node) -> float:
@@ -140,6 +158,7 @@ class PoseTracker:
         self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
         self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
         self.odom_max_gap_s = max_gap_s
+        self._odom_jump = TimeJumpDetector()
         self._lock = threading.Lock()
         # raw=True: the callback gets the CDR bytes, read by tf_wire (no message objects).
         node.create_subscription(TFMessage, "/tf", self.on_tf, TF_QOS,
@@ -197,12 +216,11 @@ class PoseTracker:
         if not all(math.isfinite(v) for v in (t, pose.x, pose.y, pose.z, pose.yaw)):
             return  # a NaN pose would poison every fallback after it
         with self._lock:
-            if self._odom_t and t < self._odom_t[-1]:
-                if t < self._odom_t[-1] - 1.0:  # time jumped back (a looping bag): start over
-                    self._odom.clear()
-                    self._odom_t.clear()
-                else:
-                    return  # out of order: keep the history sorted
+            if self._odom_jump.jumped_back(t):  # a looping bag: start over
+                self._odom.clear()
+                self._odom_t.clear()
+            elif self._odom_t and t < self._odom_t[-1]:
+                return  # out of order: keep the history sorted
             self._odom.append(pose)
             self._odom_t.append(t)
         self._fresh.seen("odom", t, node_now(self.node))

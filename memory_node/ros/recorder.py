@@ -30,6 +30,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
 from memory_node.core.engine import CameraFrame, MemoryEngine
+from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
 from memory_node.core.types import Pose
 from memory_node.ros import params
 from memory_node.ros.common import (
@@ -39,7 +40,7 @@ from memory_node.ros.common import (
     node_now,
     pose_tracker_from_params,
 )
-from memory_node.ros.geometry import normalize_angle, stamp_to_seconds
+from memory_node.ros.geometry import stamp_to_seconds
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
 
 STREAMS = ("camera", "lidar", "odom")
@@ -55,48 +56,6 @@ class StreamCounters:
     stored: int = 0
     no_pose: int = 0
     tf_timeouts: int = 0  # messages whose wait for TF ran out (they took the fallback)
-
-
-@dataclass
-class Gate:
-    """Keep a keyframe when the robot moved, turned, or enough time passed since the last —
-    or, for images, when the view changed (someone walked in) while the robot stood still."""
-
-    min_distance: float
-    min_yaw: float
-    max_interval: float
-    min_view_change: float = 0.0  # mean absolute difference of 32x24 grey thumbnails, 0..1
-    min_view_interval: float = 1.0
-    last_pose: Pose | None = None
-    last_t: float | None = None
-    last_view: np.ndarray | None = None
-
-    def admit(self, t: float, pose: Pose | None, view: np.ndarray | None = None) -> bool:
-        if self.last_t is None or t < self.last_t:  # first frame, or time jumped back
-            return self._take(t, pose, view)
-        if t - self.last_t >= self.max_interval:
-            return self._take(t, pose, view)
-        if pose is not None and self.last_pose is not None:
-            moved = math.hypot(pose.x - self.last_pose.x, pose.y - self.last_pose.y)
-            turned = abs(normalize_angle(pose.yaw - self.last_pose.yaw))
-            if moved >= self.min_distance or turned >= self.min_yaw:
-                return self._take(t, pose, view)
-        elif pose is not None and self.last_pose is None:
-            return self._take(t, pose, view)
-        if (self.min_view_change > 0 and view is not None and self.last_view is not None
-                and t - self.last_t >= self.min_view_interval
-                and float(np.abs(view - self.last_view).mean()) >= self.min_view_change):
-            return self._take(t, pose, view)
-        return False
-
-    def _take(self, t: float, pose: Pose | None, view: np.ndarray | None) -> bool:
-        self.last_t, self.last_pose = t, pose
-        if view is not None:
-            self.last_view = view
-        return True
-
-    def reset(self) -> None:
-        self.last_t, self.last_pose, self.last_view = None, None, None
 
 
 def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
@@ -161,7 +120,7 @@ class MemoryRecorder(Node):
         params.warn_unknown(self)
         self.settings = cfg
         self.counters = {s: StreamCounters() for s in STREAMS}
-        self.gates = {s: Gate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
+        self.gates = {s: KeyframeGate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
                       for s in STREAMS}
         self.gates["camera"].min_view_change = cfg["min_view_change"]
         self.gates["camera"].min_view_interval = cfg["min_view_interval"]
@@ -178,12 +137,8 @@ class MemoryRecorder(Node):
         self.topic_timeout_s = cfg["topic_timeout_s"]
         self._pending: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, cfg["pending_size"]))
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, cfg["queue_size"]))
-        # (last_tf_wall,) when a TF wait last ran out; None while none has.
-        self._tf_stalled_at: tuple[float | None] | None = None
         self._lock = threading.Lock()
-        self._last_stamp: float | None = None
-        self._epoch = 0  # counts jumps back of the node clock
-        self._jumped_from: float | None = None  # the clock before the last jump back
+        self.timeline = Timeline()  # epochs of the node clock: a looping bag starts a new one
         self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
         self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
         cb = MutuallyExclusiveCallbackGroup()
@@ -191,6 +146,7 @@ class MemoryRecorder(Node):
         # recorder feeds odometry to the tracker itself (it subscribes to it anyway).
         self.poses = poses or pose_tracker_from_params(
             self, odom_topic=None, callback_group=MutuallyExclusiveCallbackGroup())
+        self.resolver = PoseResolver(self.poses, self.tf_wait_s)
         reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         sensor_qos = QoSProfile(depth=10, reliability=reliability)
@@ -240,14 +196,12 @@ class MemoryRecorder(Node):
         """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
         message stamps: messages of different topics may arrive out of order."""
         now = node_now(self)
-        if self._last_stamp is not None and now < self._last_stamp - 1.0:
+        if self.timeline.observe(now):
             self.get_logger().warning(
-                f"time jumped back by {self._last_stamp - now:.1f} s: keyframe gates reset")
+                f"time jumped back by {self.timeline.jumped_from - now:.1f} s: keyframe gates "
+                "reset")
             for gate in self.gates.values():
                 gate.reset()
-            self._epoch += 1
-            self._jumped_from = self._last_stamp
-        self._last_stamp = now
         return now
 
     def _stamp(self, stream: str, msg: Any) -> tuple[float, float]:
@@ -303,9 +257,7 @@ class MemoryRecorder(Node):
         t, lookup = stamps or self._stamp(stream, msg)
         with self._lock:
             now = self._check_time()
-            epoch = self._epoch
-            if self._jumped_from is not None and now + 1.0 < t <= self._jumped_from + 1.0:
-                epoch -= 1  # stamped on the timeline before the jump, delivered after it
+            epoch = self.timeline.epoch_of(t, now)
         try:
             self._pending.put_nowait(Job(stream, t, msg, kind, epoch=epoch, lookup_t=lookup))
         except queue.Full:
@@ -413,39 +365,17 @@ class MemoryRecorder(Node):
             self._count(job.stream, "dropped")
 
     def _resolve_pose(self, job: Job) -> Pose | None:
-        """The pose to store: TF exactly at the message stamp, waiting briefly for a late
-        transform; else TF within the tolerance; else odometry at the stamp; else None."""
-        deadline = job.enqueued + self.tf_wait_s
-        while True:
-            pose, may_come = self.poses.tf_pose_exact(job.lookup_t)
-            if pose is not None:
-                return pose  # the common case: one lookup
-            if not may_come or not self._tf_expected() or self._before_time_jump(job):
-                break
-            if time.monotonic() >= deadline:
-                # TF did not come in time; until another transform arrives, later messages
-                # take the fallback at once instead of each waiting out its own tf_wait_s.
-                self._tf_stalled_at = (self.poses.last_tf_wall,)
-                self.counters[job.stream].tf_timeouts += 1
-                break
-            time.sleep(0.01)
-        return self.poses.pose_at(job.lookup_t)
-
-    def _tf_expected(self) -> bool:
-        """Whether to wait for a transform. Not while none has arrived since a wait last ran
-        out: a robot without TF (or whose TF stopped) costs one wait, not one per message. Not
-        once TF has flowed for `tf_wait_s` without ever linking world and base (a robot with
-        odometry and no map): that TF will not bring the pose. But the first messages of a
-        replay, or of a localiser that starts a moment after odometry, do wait."""
-        poses = self.poses
-        if self._tf_stalled_at == (poses.last_tf_wall,):
-            return False
-        if poses.first_tf_wall is None or poses.has_world_pose():
-            return True
-        return time.monotonic() - poses.first_tf_wall < self.tf_wait_s
+        """The pose to store (core.recording.PoseResolver): TF exactly at the lookup stamp,
+        waiting briefly for a late transform; else TF within the tolerance; else odometry at
+        the stamp; else None."""
+        pose, timed_out = self.resolver.resolve(job.lookup_t, job.enqueued,
+                                                lambda: self._before_time_jump(job))
+        if timed_out:
+            self._count(job.stream, "tf_timeouts")
+        return pose
 
     def _before_time_jump(self, job: Job) -> bool:
-        return job.epoch != self._epoch
+        return job.epoch != self.timeline.epoch
 
     # ---- worker -----------------------------------------------------------------------------
     def _work(self) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.recording import TimeJumpDetector
 from memory_node.ros.geometry import (
     matrix_from_quaternion,
     quaternion_conjugate,
@@ -224,27 +225,6 @@ def _clean_frame(frame: str) -> str:
     return frame.removeprefix("/")
 
 
-class _TimeJumpWatch:
-    """High-water mark of time; reports a backwards jump larger than the threshold."""
-
-    def __init__(self, threshold_s: float) -> None:
-        if threshold_s < 0.0:
-            raise ValueError(f"jump_threshold_s must be >= 0, got {threshold_s}")
-        self.threshold_s = threshold_s
-        self._high: float | None = None
-
-    def jumped_back(self, now_s: float) -> bool:
-        now = float(now_s)
-        if self._high is not None and now < self._high - self.threshold_s:
-            self._high = now
-            return True
-        self._high = now if self._high is None else max(self._high, now)
-        return False
-
-    def reset(self) -> None:
-        self._high = None
-
-
 @dataclass(frozen=True)
 class _Sample:
     stamp: float
@@ -337,7 +317,7 @@ class TransformBuffer:
         self._static: dict[str, tuple[str, Transform]] = {}
         self._dynamic: dict[str, _DynamicEdge] = {}
         self._parents: set[str] = set()
-        self._jump = _TimeJumpWatch(jump_threshold_s)
+        self._jump = TimeJumpDetector(jump_threshold_s)
         self.rejected = 0
         # Refuse to interpolate between samples further apart than this (None: no limit).
         self.max_gap_s: float | None = None

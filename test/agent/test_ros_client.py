@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -179,7 +180,12 @@ def test_no_server_is_an_unavailable_answer_not_an_exception():
                        client.streams()):
             out = json.loads(answer)
             assert out["ok"] is False and out["error"]["code"] == "unavailable"
-            assert "no memory server answers on /nobody_serves_this/" in out["error"]["message"]
+            message = out["error"]["message"]
+            assert "no memory server answers on /nobody_serves_this/" in message
+            # says which network it looked on, and how an MCP client passes it
+            assert f"ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']}" in message
+            assert "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST" in message
+            assert '"env"' in message
         result = {s.name: s for s in get_skills(client)}["query_memory"].run(stream="camera")
         assert result.is_error and result.message.endswith("(unavailable)")
         desc = {s.name: s for s in get_skills(client)}["query_memory"].description

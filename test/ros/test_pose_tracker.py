@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import rclpy
@@ -78,3 +79,77 @@ def test_no_pose_invented_across_an_odometry_gap_and_bad_samples_ignored(tracker
     tracker.on_odom(_odom(-3.0, 0.0, 0.0, 10.0))  # time jumped back: history starts over
     assert tracker.odom_at(10.2).x == -3.0
     assert tracker.odom_at(104.0) is None  # a stamp of the old timeline: nothing known
+
+
+# -- the pose for "now": read from /tf bytes, with its age ---------------------------------
+def _tf_bytes(*edges):
+    """A serialized /tf message of (parent, child, x, stamp) edges, as a raw subscription
+    delivers it."""
+    from rclpy.serialization import serialize_message
+    from tf2_msgs.msg import TFMessage
+
+    msg = TFMessage()
+    for parent, child, x, t in edges:
+        ts = TransformStamped()
+        ts.header.frame_id, ts.child_frame_id = parent, child
+        ts.header.stamp = seconds_to_stamp(t)
+        ts.transform.translation.x = float(x)
+        ts.transform.rotation.w = 1.0
+        msg.transforms.append(ts)
+    return serialize_message(msg)
+
+
+def _joints(t, n=20):
+    """A robot_state_publisher's worth of joint edges below base_link."""
+    edges = [("base_link", "hip_0", 0.1, t)]
+    edges += [(f"hip_{i}", f"hip_{i + 1}", 0.01 * i, t) for i in range(n - 1)]
+    return edges
+
+
+def test_current_pose_is_fresh_and_joint_edges_cost_nothing(tracker):
+    now = tracker.node.get_clock().now().nanoseconds * 1e-9
+    for i in range(50):
+        t = now - 0.5 + 0.01 * i
+        tracker.on_tf(_tf_bytes(("map", "odom", 1.0, t), ("odom", "base_link", 2.2, t),
+                                *_joints(t)))
+    pose = tracker.current_pose()
+    assert pose.x == pytest.approx(3.2) and pose.source == "tf"
+    assert pose.age_s is not None and pose.age_s < 0.2 and not pose.stale
+    assert pose.to_dict()["age_s"] == pytest.approx(pose.age_s, abs=1e-3)
+    stats = tracker.tf_stats()
+    assert stats["tf_messages"] == 50
+    assert stats["tf_edges"] == 100  # map->odom and odom->base_link only
+    assert stats["tf_filtered"] == 50 * 20  # every joint edge dropped unread
+    assert not tracker.buffer.has_frame("hip_3")
+
+
+def test_pose_goes_stale_when_tf_stops(tracker):
+    now = tracker.node.get_clock().now().nanoseconds * 1e-9
+    tracker.on_tf(_tf_bytes(("map", "base_link", 1.0, now)))
+    assert not tracker.current_pose().stale
+    time.sleep(0.7)  # longer than max_pose_age_s (0.5)
+    pose = tracker.current_pose()
+    assert pose.stale and pose.age_s > 0.5
+    assert pose.to_dict()["stale"] is True
+
+
+def test_a_listener_that_falls_behind_reports_the_lag(tracker):
+    """Stamps that arrive ever later than sent (a backlog) show as age; a constant offset (a
+    publisher whose clock differs from ours) does not make every pose stale."""
+    now = tracker.node.get_clock().now().nanoseconds * 1e-9
+    skew = 100.0  # the publisher's clock runs 100 s behind ours
+    tracker.on_tf(_tf_bytes(("map", "base_link", 1.0, now - skew)))
+    assert tracker.current_pose().age_s < 0.1  # skew alone is not age
+    time.sleep(1.0)
+    # the next sample was sent 50 ms after the first but reaches us a second later: a backlog
+    tracker.on_tf(_tf_bytes(("map", "base_link", 1.2, now - skew + 0.05)))
+    pose = tracker.current_pose()
+    assert pose.x == pytest.approx(1.2)
+    assert pose.stale and pose.age_s == pytest.approx(0.95, abs=0.1)
+
+
+def test_malformed_tf_bytes_are_counted_not_raised(tracker):
+    tracker.on_tf(b"\x00\x01\x00\x00\xff\xff\xff\x7f")
+    tracker.on_tf(b"garbage")
+    assert tracker.tf_stats()["tf_malformed"] == 2
+    assert tracker.current_pose() is None

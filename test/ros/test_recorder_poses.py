@@ -173,3 +173,33 @@ def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(r
     assert recorder.counters["odom"].dropped == 2
     assert [(r["t"], r["pose"]["source"]) for r in rows] == [(pytest.approx(800.1), "tf")]
     assert rows[0]["pose"]["x"] == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize(("recorder", "found"), [([], True), (["-p", "stamp_source:=header"],
+                                                              False)],
+                         ids=["auto", "header"], indirect=["recorder"])
+def test_simulator_header_times_beside_a_wall_clock_share_one_timeline(recorder, found):
+    """A recording like a Nav2 simulation: header stamps ~930 s (simulator time), the node
+    clock at wall time. By default (auto) rows are stored at their arrival on the node clock,
+    posed through TF on the headers' timeline, so "the last 10 minutes" finds them, on the map.
+    With stamp_source: header they keep their stamps, 56 years ago."""
+    sim0 = 928.0
+    recorder.poses.on_tf(_tf("map", "odom", 2.0, sim0))
+    for i in range(6):
+        t = sim0 + 0.5 * i
+        recorder.poses.on_tf(_tf("map", "odom", 2.0, t))
+        recorder.poses.on_tf(_tf("odom", "base_link", 0.6 * i, t))
+        recorder._on_odom(_odom(0.6 * i, t))
+    assert recorder.drain(30.0)
+    now = time.time()
+    answer = recorder.engine.search_dict(json.dumps({"stream": "odom", "after_seconds_ago": 600,
+                                                     "k": 100, "order_by": "time"}))
+    assert answer["ok"], answer
+    rows = answer["results"]
+    if not found:
+        assert rows == []
+        return
+    assert [r["pose"]["x"] for r in rows] == [2.0 + 0.6 * i for i in range(len(rows))]
+    assert len(rows) >= 5  # keyframes every 0.5 m of travel (min_distance 0.01 here)
+    assert all((r["pose"]["frame"], r["pose"]["source"]) == ("map", "tf") for r in rows)
+    assert all(now - 60 < r["t"] <= now for r in rows)

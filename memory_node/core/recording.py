@@ -1,0 +1,179 @@
+"""The recorder's policy, without ROS: when time jumped back, which messages to keep as
+keyframes, and which pose to store for a message.
+
+The ROS recorder only converts messages and calls these; each is tested here with plain
+values, a fake clock and no sleeps (test/core/test_recording.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from memory_node.core.types import Pose, normalize_angle
+
+# A clock going back by more than this is a jump (a bag that loops or restarts); less is the
+# ordinary disorder of messages from different topics.
+DEFAULT_JUMP_THRESHOLD_S = 1.0
+
+
+class TimeJumpDetector:
+    """High-water mark of a clock; reports a backwards jump larger than the threshold. The
+    one detector the recorder, the TF buffer and the odometry history all use."""
+
+    def __init__(self, threshold_s: float = DEFAULT_JUMP_THRESHOLD_S) -> None:
+        if threshold_s < 0.0:
+            raise ValueError(f"jump_threshold_s must be >= 0, got {threshold_s}")
+        self.threshold_s = threshold_s
+        self.high: float | None = None
+
+    def jumped_back(self, now_s: float) -> bool:
+        now = float(now_s)
+        if self.high is not None and now < self.high - self.threshold_s:
+            self.high = now
+            return True
+        self.high = now if self.high is None else max(self.high, now)
+        return False
+
+    def reset(self) -> None:
+        self.high = None
+
+
+class Timeline:
+    """Numbers the node clock's timelines: each jump back starts a new epoch. A message keeps
+    the epoch it arrived in; one stamped on the old timeline but delivered just after the jump
+    belongs to the old one. A message whose epoch is not the current one can no longer be
+    posed: the TF and odometry it needs are gone."""
+
+    def __init__(self, threshold_s: float = DEFAULT_JUMP_THRESHOLD_S) -> None:
+        self.detector = TimeJumpDetector(threshold_s)
+        self.epoch = 0
+        self.jumped_from: float | None = None  # the clock before the last jump back
+
+    def observe(self, now: float) -> bool:
+        """Feed the node clock; True when it jumped back (a new epoch began)."""
+        before = self.detector.high
+        if self.detector.jumped_back(now):
+            self.epoch += 1
+            self.jumped_from = before
+            return True
+        return False
+
+    def epoch_of(self, stamp: float, now: float) -> int:
+        """The epoch of a message stamped `stamp` arriving at `now` (after `observe(now)`)."""
+        threshold = self.detector.threshold_s
+        if self.jumped_from is not None and now + threshold < stamp <= self.jumped_from + threshold:
+            return self.epoch - 1  # stamped before the jump, delivered after it
+        return self.epoch
+
+
+@dataclass
+class KeyframeGate:
+    """Keep a keyframe when the robot moved, turned, or enough time passed since the last —
+    or, for images, when the view changed (someone walked in) while the robot stood still.
+    `view` is any array-like thumbnail with values in 0..1 (mean absolute difference)."""
+
+    min_distance: float
+    min_yaw: float
+    max_interval: float
+    min_view_change: float = 0.0
+    min_view_interval: float = 1.0
+    last_pose: Pose | None = None
+    last_t: float | None = None
+    last_view: Any = None
+
+    def admit(self, t: float, pose: Pose | None, view: Any = None) -> bool:
+        if self.last_t is None or t < self.last_t:  # first frame, or time jumped back
+            return self._take(t, pose, view)
+        if t - self.last_t >= self.max_interval:
+            return self._take(t, pose, view)
+        if pose is not None and self.last_pose is not None:
+            moved = math.hypot(pose.x - self.last_pose.x, pose.y - self.last_pose.y)
+            turned = abs(normalize_angle(pose.yaw - self.last_pose.yaw))
+            if moved >= self.min_distance or turned >= self.min_yaw:
+                return self._take(t, pose, view)
+        elif pose is not None and self.last_pose is None:
+            return self._take(t, pose, view)
+        if (self.min_view_change > 0 and view is not None and self.last_view is not None
+                and t - self.last_t >= self.min_view_interval
+                and float(abs(view - self.last_view).mean()) >= self.min_view_change):
+            return self._take(t, pose, view)
+        return False
+
+    def _take(self, t: float, pose: Pose | None, view: Any) -> bool:
+        self.last_t, self.last_pose = t, pose
+        if view is not None:
+            self.last_view = view
+        return True
+
+    def reset(self) -> None:
+        self.last_t, self.last_pose, self.last_view = None, None, None
+
+
+class PoseSource(Protocol):
+    """What pose resolution asks of TF and odometry (the ROS layer's PoseTracker)."""
+
+    last_tf_wall: float | None  # monotonic time of the newest /tf message, None before any
+    first_tf_wall: float | None
+
+    def tf_pose_exact(self, stamp_s: float) -> tuple[Pose | None, bool]:
+        """TF world ← base exactly at the stamp, and whether a transform for it may still
+        come (not for a stamp before the data or in a gap of it)."""
+
+    def pose_at(self, stamp_s: float) -> Pose | None:
+        """TF within the tolerance, else odometry at the stamp, else None."""
+
+    def has_world_pose(self) -> bool:
+        """Whether TF links the world and base frames at all."""
+
+
+class PoseResolver:
+    """The pose to store for a message: TF exactly at its stamp, waiting up to `wait_s`
+    (from when the message arrived) for a transform that comes after the message; else TF
+    within the tolerance, else odometry at the stamp, else None.
+
+    No wait while no transform has arrived since a wait last ran out (a robot without TF, or
+    whose TF stopped, pays for one wait, not one per message), nor once TF has flowed for
+    `wait_s` without ever linking world and base (odometry and no map), nor for a stamp TF
+    will never cover (before its first sample, inside a gap). `clock` and `sleep` are
+    injectable so the waits are tested without waiting.
+    """
+
+    def __init__(self, source: PoseSource, wait_s: float, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 0.01) -> None:
+        self.source = source
+        self.wait_s = wait_s
+        self.clock, self.sleep, self.poll_s = clock, sleep, poll_s
+        self._stalled_at: tuple[float | None] | None = None  # (last_tf_wall,) at a timeout
+
+    def resolve(self, stamp: float, arrived: float,
+                cancelled: Callable[[], bool] = lambda: False) -> tuple[Pose | None, bool]:
+        """(pose, whether a wait for TF ran out). `arrived` is the message's arrival on
+        `clock`; `cancelled` ends a wait early (the clock jumped back)."""
+        deadline = arrived + self.wait_s
+        timed_out = False
+        while True:
+            pose, may_come = self.source.tf_pose_exact(stamp)
+            if pose is not None:
+                return pose, False  # the common case: one lookup
+            if not may_come or not self._tf_expected() or cancelled():
+                break
+            if self.clock() >= deadline:
+                # Until another transform arrives, later messages take the fallback at once.
+                self._stalled_at = (self.source.last_tf_wall,)
+                timed_out = True
+                break
+            self.sleep(self.poll_s)
+        return self.source.pose_at(stamp), timed_out
+
+    def _tf_expected(self) -> bool:
+        source = self.source
+        if self._stalled_at == (source.last_tf_wall,):
+            return False
+        if source.first_tf_wall is None or source.has_world_pose():
+            return True
+        return self.clock() - source.first_tf_wall < self.wait_s
