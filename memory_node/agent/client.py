@@ -17,9 +17,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from memory_node.core.config import DEFAULT_STREAMS
 from memory_node.core.contract import (
@@ -31,6 +29,7 @@ from memory_node.core.contract import (
     SearchQuery,
     StreamsAnswer,
     VisitsAnswer,
+    read_answer,
 )
 from memory_node.core.types import Pose
 
@@ -39,36 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = ["EngineClient", "MemoryClient", "error_json", "read_answer"]
 
-A = TypeVar("A", bound=BaseModel)
-
 
 def error_json(code: str, message: str) -> str:
     """A failure in the contract's shape, for failures the client itself detects."""
     return json.dumps({"ok": False, "error": {"code": code, "message": message}},
                       ensure_ascii=False)
-
-
-def read_answer(raw: Any, model: type[A]) -> A | ErrorAnswer:
-    """A service's JSON answer as `model`, or the ErrorAnswer it carries; an answer that is not
-    the contract's shape becomes an `internal` ErrorAnswer saying so."""
-    try:
-        obj = json.loads(raw)
-    except (TypeError, ValueError):
-        return ErrorAnswer.of("internal", "memory answered something that is not JSON: "
-                              f"{str(raw)[:200]!r}")
-    if not isinstance(obj, dict):
-        return ErrorAnswer.of("internal", "memory answered an unexpected JSON value")
-    try:
-        if obj.get("ok") is not True:
-            err = obj.get("error") if isinstance(obj.get("error"), dict) else {}
-            return ErrorAnswer.of(str(err.get("code", "internal")),
-                                  str(err.get("message", "memory reported a failure")))
-        if model is SearchAnswer and "visits" in obj:
-            return VisitsAnswer.model_validate(obj)  # type: ignore[return-value]
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        return ErrorAnswer.of("internal", f"memory answered an unexpected shape: "
-                              f"{exc.errors()[0].get('loc')}")
 
 
 class MemoryClient(ABC):

@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -67,6 +67,7 @@ __all__ = [
     "check_text",
     "explain",
     "nearest",
+    "read_answer",
     "tool_parameters",
     "validate",
 ]
@@ -589,6 +590,32 @@ class ErrorAnswer(Answer):
     def of(cls, code: str, message: str) -> ErrorAnswer:
         code = code if code in ERROR_CODES else "internal"
         return cls(error=ErrorBody(code=code, message=message))  # type: ignore[arg-type]
+
+
+A = TypeVar("A", bound=BaseModel)
+
+
+def read_answer(raw: Any, model: type[A]) -> A | ErrorAnswer:
+    """A service's JSON answer as `model`, or the ErrorAnswer it carries; an answer that is not
+    the contract's shape becomes an `internal` ErrorAnswer saying so (clients' edge)."""
+    try:
+        obj = json.loads(raw)
+    except (TypeError, ValueError):
+        return ErrorAnswer.of("internal", "memory answered something that is not JSON: "
+                              f"{str(raw)[:200]!r}")
+    if not isinstance(obj, dict):
+        return ErrorAnswer.of("internal", "memory answered an unexpected JSON value")
+    try:
+        if obj.get("ok") is not True:
+            err = obj.get("error") if isinstance(obj.get("error"), dict) else {}
+            return ErrorAnswer.of(str(err.get("code", "internal")),
+                                  str(err.get("message", "memory reported a failure")))
+        if model is SearchAnswer and "visits" in obj:
+            return VisitsAnswer.model_validate(obj)  # type: ignore[return-value]
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        return ErrorAnswer.of("internal", "memory answered an unexpected shape at "
+                              f"{'.'.join(map(str, exc.errors()[0].get('loc', ())))}")
 
 
 # ---- validation errors in words ---------------------------------------------------------------
