@@ -255,6 +255,7 @@ setup(
     # Runtime dependencies live in requirements/ (pinned) and package.xml (rosdep), not here:
     # colcon on a robot must not try to install PyPI copies of ROS packages.
     install_requires=["setuptools"],
+    package_data={f"{PACKAGE}.fleet": ["schema.sql"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -272,6 +273,7 @@ setup(
             "memory-mcp = memory_node.agent.mcp_server:main",
             "memory-sample-bag = memory_node.sim.generate:main",
             "memory-demo = memory_node.demo:main",
+            "memory-sync = memory_node.fleet.sync:main",
         ],
     },
     distclass=BinaryDistribution,

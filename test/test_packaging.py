@@ -27,6 +27,7 @@ COMMANDS = {
     "memory-mcp": "memory_node.agent.mcp_server:main",
     "memory-sample-bag": "memory_node.sim.generate:main",
     "memory-demo": "memory_node.demo:main",
+    "memory-sync": "memory_node.fleet.sync:main",
 }
 
 

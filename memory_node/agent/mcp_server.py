@@ -143,6 +143,12 @@ def _parser() -> argparse.ArgumentParser:
                               "$AGENT_MEMORY_DIR, else ./agent_memory)")
     backend.add_argument("--ros", action="store_true",
                          help="use the query server's ROS services (/memory/*)")
+    backend.add_argument("--fleet-url", metavar="URL",
+                         help="in-process engine on the fleet store (PostgreSQL; no password "
+                              "here: $PGPASSWORD or ~/.pgpass; '' takes $MEMORY_FLEET_URL)")
+    p.add_argument("--robot-id", default=None,
+                   help="with --fleet-url: the asking robot (its map is the default for "
+                        "spatial filters; default the host name)")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="with --ros: seconds to wait for a service answer (default 5)")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
@@ -166,6 +172,12 @@ def _make_client(args: argparse.Namespace, ros_args: list[str]) -> MemoryClient:
     from memory_node.core.config import MemoryConfig
     from memory_node.core.engine import MemoryEngine
 
+    if args.fleet_url is not None:
+        from memory_node.fleet.engine import open_engine
+
+        return EngineClient(open_engine(MemoryConfig.from_mapping({}),
+                                        fleet_url=args.fleet_url or None,
+                                        robot_id=args.robot_id), close_engine=True)
     values = {"memory_dir": args.memory_dir} if args.memory_dir else {}
     engine = MemoryEngine(MemoryConfig.from_mapping(values))
     return EngineClient(engine, close_engine=True)
@@ -203,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--ros-args goes with --ros")
     if args.timeout is not None and not args.ros:
         parser.error("--timeout goes with --ros")
+    if args.robot_id is not None and args.fleet_url is None:
+        parser.error("--robot-id goes with --fleet-url")
     if args.token is not None:
         # Any user on the machine can read a command line (ps, /proc/PID/cmdline).
         print(f"memory-mcp: warning: --token is visible to every user of this machine in ps; "

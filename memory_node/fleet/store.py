@@ -1,0 +1,486 @@
+"""The fleet store: every robot's observations in one PostgreSQL + pgvector database.
+
+Writes come from `memory-sync` (one transaction per batch: upsert the rows, then record the
+batch's outbox position, so a crash anywhere leaves either both or neither). Reads serve the
+JSON contract through `FleetEngine`: every filter is a SQL condition evaluated before ranking,
+and filtered semantic ranking is an exact `ORDER BY emb <#> q` over the rows that pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from memory_node.core.query import SearchRequest
+from memory_node.core.types import Observation, Pose
+from memory_node.fleet.credentials import redact, scrub
+
+log = logging.getLogger("memory_node.fleet")
+
+SCHEMA_VERSION = "1"
+TABLE = "memory_observations"
+
+# Columns a sync batch carries, in COPY order (the temporary table has the same names).
+PUSH_COLUMNS = ("robot_id", "store_id", "local_id", "stream", "t", "map_id", "x", "y", "z",
+                "yaw", "frame", "pose_source", "tags", "text", "ref", "model_id", "note_key",
+                "emb", "archived_at", "archive_reason", "kept_local_id")
+_PUSH_TYPES = ("text", "text", "int8", "text", "float8", "text", "float8", "float8", "float8",
+               "float8", "text", "text", "text", "text", "text", "text", "text", "vector",
+               "float8", "text", "int8")
+_SELECT = ("o.id, o.robot_id, o.map_id, o.stream, o.t, o.x, o.y, o.z, o.yaw, o.frame,"
+           " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at")
+
+
+class FleetUnavailable(Exception):
+    """The fleet database cannot be reached (or answered with a connection-level error)."""
+
+
+@dataclass
+class FleetHit:
+    """One row of a fleet answer: the observation (id = fleet id), whose robot, which map."""
+
+    obs: Observation
+    robot: str
+    map_id: str | None
+    score: float | None = None
+    archived: bool = False
+
+    def to_result(self) -> dict[str, Any]:
+        out = self.obs.to_result(self.score)
+        out["robot"] = self.robot
+        out["map"] = self.map_id
+        if self.archived:
+            out["archived"] = True
+        return out
+
+
+def schema_sql() -> str:
+    return resources.files("memory_node.fleet").joinpath("schema.sql").read_text("utf-8")
+
+
+def hnsw_index_name(model_id: str) -> str:
+    return "memory_obs_hnsw_" + hashlib.sha1(model_id.encode("utf-8")).hexdigest()[:12]
+
+
+def _jsonb_values(value: Any) -> list[str]:
+    """The JSON texts a tag equality filter matches (SQLite's json_extract sees true as 1)."""
+    out = [json.dumps(value)]
+    if isinstance(value, bool):
+        out.append(json.dumps(int(value)))
+    elif isinstance(value, int) and value in (0, 1):
+        out.append(json.dumps(bool(value)))
+    return out
+
+
+class FleetStore:
+    """One connection (thread-safe behind a lock), opened lazily and reopened after a loss."""
+
+    def __init__(self, url: str, *, connect_timeout_s: float = 5.0,
+                 application_name: str = "memory_node", hnsw_ef_search: int = 100):
+        self._url = url  # never logged: use self.label
+        self.label = redact(url)
+        self.connect_timeout_s = connect_timeout_s
+        self.application_name = application_name
+        self.hnsw_ef_search = hnsw_ef_search
+        self._conn: Any = None
+        self._lock = threading.RLock()
+        self._hnsw: dict[str, int] | None = None
+
+    def scrub(self, message: str) -> str:
+        """A message with this store's password (if it shows up) removed."""
+        return scrub(message, self._url)
+
+    # ---- connection -----------------------------------------------------------------------
+    def _connect(self) -> Any:
+        import psycopg
+        from pgvector.psycopg import register_vector
+
+        try:
+            conn = psycopg.connect(self._url, autocommit=True,
+                                   connect_timeout=max(1, int(self.connect_timeout_s)),
+                                   application_name=self.application_name)
+        except psycopg.Error as exc:
+            raise FleetUnavailable(
+                f"cannot connect to the fleet store {self.label}: "
+                f"{scrub(str(exc).strip(), self._url)}") from None
+        try:
+            register_vector(conn)
+        except psycopg.ProgrammingError:
+            pass  # no vector extension yet: init_schema creates it, then reconnects
+        if self._has_vector(conn):
+            conn.execute(f"SET hnsw.ef_search = {int(self.hnsw_ef_search)}")
+        return conn
+
+    @staticmethod
+    def _has_vector(conn: Any) -> bool:
+        return conn.execute("SELECT 1 FROM pg_extension WHERE extname='vector'").fetchone() \
+            is not None
+
+    def conn(self) -> Any:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = self._connect()
+            return self._conn
+
+    def drop_connection(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except Exception:  # noqa: BLE001 - already broken
+                    pass
+            self._conn = None
+
+    def close(self) -> None:
+        self.drop_connection()
+
+    def run(self, fn: Any) -> Any:
+        """fn(conn) under the lock; a connection-level failure drops the connection and
+        raises FleetUnavailable (the next call reconnects)."""
+        import psycopg
+
+        with self._lock:
+            conn = self.conn()
+            try:
+                return fn(conn)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                self.drop_connection()
+                raise FleetUnavailable(
+                    f"fleet store {self.label}: {scrub(str(exc).strip(), self._url)}") from None
+            except psycopg.Error:
+                if conn.info.transaction_status != 0:  # not idle: roll the failed one back
+                    try:
+                        conn.rollback()
+                    except psycopg.Error:
+                        self.drop_connection()
+                raise
+
+    # ---- schema ---------------------------------------------------------------------------
+    def schema_ready(self) -> bool:
+        def check(conn: Any) -> bool:
+            row = conn.execute("SELECT to_regclass(%s), to_regclass(%s)",
+                               (TABLE, "memory_fleet_meta")).fetchone()
+            return row[0] is not None and row[1] is not None
+        return bool(self.run(check))
+
+    def init_schema(self) -> None:
+        """Create the extensions and tables (needs a role that may); a no-op when present."""
+        def apply(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(727274)")
+                conn.execute(schema_sql())
+        self.run(apply)
+        self.drop_connection()  # reconnect so the vector type is registered
+
+    def ensure_schema(self, create: bool = True) -> None:
+        if self.schema_ready():
+            return
+        if not create:
+            raise FleetUnavailable(f"the fleet store {self.label} has no memory_node schema: "
+                                   "run `memory-sync --init-schema` as its owner")
+        self.init_schema()
+
+    def meta(self, key: str) -> str | None:
+        row = self.run(lambda c: c.execute(
+            "SELECT value FROM memory_fleet_meta WHERE key=%s", (key,)).fetchone())
+        return None if row is None else row[0]
+
+    def create_vector_index(self, model_id: str, dim: int) -> bool:
+        """An HNSW index (inner product) over one model's live vectors, for unfiltered semantic
+        search. Returns False when this role may not create it (robots usually may not)."""
+        import psycopg
+        from psycopg import sql
+
+        stmt = sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {name} ON memory_observations USING hnsw "
+            "((emb::vector({dim})) vector_ip_ops) WHERE model_id = {model} AND archived_at IS NULL"
+        ).format(name=sql.Identifier(hnsw_index_name(model_id)), dim=sql.Literal(int(dim)),
+                 model=sql.Literal(model_id))
+
+        def build(conn: Any) -> None:
+            conn.execute("SET maintenance_work_mem = '512MB'")
+            conn.execute(stmt)
+        try:
+            self.run(build)
+        except psycopg.errors.InsufficientPrivilege:
+            return False
+        self._hnsw = None
+        return True
+
+    def hnsw_models(self) -> dict[str, int]:
+        """Models with an HNSW index: model_id -> dimension (cached)."""
+        if self._hnsw is None:
+            rows = self.run(lambda c: c.execute(
+                "SELECT m.model_id, m.dim FROM memory_models m").fetchall())
+            names = set(r[0] for r in self.run(lambda c: c.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename=%s", (TABLE,)).fetchall()))
+            self._hnsw = {m: d for m, d in rows if hnsw_index_name(m) in names}
+        return self._hnsw
+
+    # ---- sync writes ----------------------------------------------------------------------
+    def acked_seq(self, robot_id: str, store_id: str) -> int:
+        row = self.run(lambda c: c.execute(
+            "SELECT acked_seq FROM memory_sync_state WHERE robot_id=%s AND store_id=%s",
+            (robot_id, store_id)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    def push(self, robot_id: str, store_id: str, map_id: str, rows: Sequence[tuple],
+             acked_seq: int, models: dict[str, int], pause_s: float = 0.0) -> int:
+        """Upsert one batch and record `acked_seq`, in one transaction. Returns rows changed.
+
+        Idempotent: a row identical to what the fleet holds is not touched (its xmin stays),
+        so a re-sent batch changes nothing."""
+        def tx(conn: Any) -> int:
+            with conn.transaction():
+                conn.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS memory_push ("
+                    "robot_id text, store_id text, local_id int8, stream text, t float8,"
+                    " map_id text, x float8, y float8, z float8, yaw float8, frame text,"
+                    " pose_source text, tags text, text text, ref text, model_id text,"
+                    " note_key text, emb vector, archived_at float8, archive_reason text,"
+                    " kept_local_id int8) ON COMMIT DELETE ROWS")
+                with conn.cursor() as cur:
+                    with cur.copy(f"COPY memory_push ({', '.join(PUSH_COLUMNS)})"
+                                  " FROM STDIN (FORMAT BINARY)") as copy:
+                        copy.set_types(list(_PUSH_TYPES))
+                        for r in rows:
+                            copy.write_row(r)
+                cols = ", ".join(PUSH_COLUMNS)
+                sel = ", ".join("tags::jsonb" if c == "tags" else c for c in PUSH_COLUMNS)
+                upd = [c for c in PUSH_COLUMNS if c not in ("robot_id", "store_id", "local_id")]
+
+                def new(c: str) -> str:
+                    if c in ("emb", "archived_at", "archive_reason", "kept_local_id"):
+                        return f"COALESCE(EXCLUDED.{c}, o.{c})"  # never un-archive or un-embed
+                    return f"EXCLUDED.{c}"
+                sets = ", ".join(f"{c} = {new(c)}" for c in upd)
+                old_row = ", ".join(f"o.{c}" for c in upd)
+                new_row = ", ".join(new(c) for c in upd)
+                changed = conn.execute(
+                    f"INSERT INTO memory_observations AS o ({cols}) SELECT {sel} FROM memory_push"
+                    f" ON CONFLICT (robot_id, store_id, local_id) DO UPDATE SET {sets},"
+                    f" synced_at = now() WHERE ({old_row}) IS DISTINCT FROM ({new_row})"
+                ).rowcount
+                for model_id, dim in models.items():
+                    conn.execute("INSERT INTO memory_models(model_id, dim) VALUES (%s, %s)"
+                                 " ON CONFLICT (model_id) DO NOTHING", (model_id, dim))
+                conn.execute(
+                    "INSERT INTO memory_robots(robot_id, map_id) VALUES (%s, %s)"
+                    " ON CONFLICT (robot_id) DO UPDATE SET map_id = EXCLUDED.map_id,"
+                    " last_sync = now()", (robot_id, map_id))
+                conn.execute(
+                    "INSERT INTO memory_sync_state(robot_id, store_id, acked_seq, rows_total)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (robot_id, store_id) DO UPDATE SET"
+                    " acked_seq = GREATEST(memory_sync_state.acked_seq, EXCLUDED.acked_seq),"
+                    " rows_total = memory_sync_state.rows_total + EXCLUDED.rows_total,"
+                    " updated = now()", (robot_id, store_id, acked_seq, changed))
+                if pause_s > 0:  # tests only: hold the transaction open to be killed in it
+                    import time
+
+                    time.sleep(pause_s)
+                return int(changed)
+        return int(self.run(tx))
+
+    # ---- reads ----------------------------------------------------------------------------
+    def stream_names(self) -> set[str]:
+        rows = self.run(lambda c: c.execute(
+            "WITH RECURSIVE s AS (SELECT min(stream) AS v FROM memory_observations"
+            " WHERE archived_at IS NULL UNION ALL SELECT (SELECT min(stream) FROM"
+            " memory_observations WHERE archived_at IS NULL AND stream > s.v) FROM s"
+            " WHERE s.v IS NOT NULL) SELECT v FROM s WHERE v IS NOT NULL").fetchall())
+        return {r[0] for r in rows}
+
+    def robot_map(self, robot_id: str) -> str | None:
+        row = self.run(lambda c: c.execute(
+            "SELECT map_id FROM memory_robots WHERE robot_id=%s", (robot_id,)).fetchone())
+        return None if row is None else row[0]
+
+    def robots(self) -> list[dict[str, Any]]:
+        rows = self.run(lambda c: c.execute(
+            "SELECT robot_id, map_id, extract(epoch from last_sync) FROM memory_robots"
+            " ORDER BY robot_id").fetchall())
+        return [{"robot": r, "map": m, "last_sync": float(s)} for r, m, s in rows]
+
+    def stream_stats(self, robots: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        cond, params = "", []
+        if robots:
+            cond, params = " AND robot_id = ANY(%s)", [list(robots)]
+        rows = self.run(lambda c: c.execute(
+            "SELECT stream, robot_id, count(*), min(t), max(t), count(model_id)"
+            f" FROM memory_observations WHERE archived_at IS NULL{cond}"
+            " GROUP BY stream, robot_id ORDER BY stream, robot_id", params).fetchall())
+        out: dict[str, dict[str, Any]] = {}
+        for stream, robot, n, first, last, nvec in rows:
+            e = out.setdefault(stream, {"name": stream, "count": 0, "first_t": first,
+                                        "last_t": last, "semantic": False, "robots": []})
+            e["count"] += int(n)
+            e["first_t"] = min(e["first_t"], first)
+            e["last_t"] = max(e["last_t"], last)
+            e["semantic"] = e["semantic"] or bool(nvec)
+            e["robots"].append({"robot": robot, "count": int(n), "first_t": first,
+                                "last_t": last})
+        return list(out.values())
+
+    def count(self, robot_id: str | None = None) -> int:
+        if robot_id is None:
+            row = self.run(lambda c: c.execute(
+                "SELECT count(*) FROM memory_observations").fetchone())
+        else:
+            row = self.run(lambda c: c.execute(
+                "SELECT count(*) FROM memory_observations WHERE robot_id=%s",
+                (robot_id,)).fetchone())
+        return int(row[0])
+
+    @staticmethod
+    def _hit(r: Sequence[Any], score: float | None = None) -> FleetHit:
+        (fid, robot, map_id, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id,
+         note_key, archived_at) = r[:17]
+        pose = None
+        if x is not None and y is not None:
+            pose = Pose(x=x, y=y, z=z or 0.0, yaw=yaw or 0.0, frame=frame or "", source=source)
+        obs = Observation(stream=stream, t=t, pose=pose, tags=tags, text=text, ref=ref, id=fid,
+                          model_id=model_id, note_key=note_key)
+        return FleetHit(obs, robot, map_id, score, archived_at is not None)
+
+    @staticmethod
+    def where(req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
+              include_archived: bool = False) -> tuple[list[str], list[Any]]:
+        """SQL conditions (on alias o) and their parameters for every filter of `req`."""
+        conds: list[str] = []
+        params: list[Any] = []
+        if not include_archived:
+            conds.append("o.archived_at IS NULL")
+        if robots:
+            conds.append("o.robot_id = ANY(%s)")
+            params.append(list(robots))
+        if req.streams:
+            conds.append("o.stream = ANY(%s)")
+            params.append(list(req.streams))
+        if req.near is not None:
+            nx, ny = req.near
+            r = float(req.radius)
+            # The GiST index finds the circle (PostgreSQL's geometry allows 1e-6 slack); the
+            # squared distance then decides exactly as the local store does.
+            conds.append("o.map_id = %s AND o.x IS NOT NULL"
+                         " AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
+                         " AND ((o.x - %s) * (o.x - %s) + (o.y - %s) * (o.y - %s)) <= %s")
+            params += [map_id, nx, ny, r, nx, nx, ny, ny, r * r]
+        if req.t_min is not None:
+            conds.append("o.t >= %s")
+            params.append(req.t_min)
+        if req.t_max is not None:
+            conds.append("o.t <= %s")
+            params.append(req.t_max)
+        from psycopg.types.json import Jsonb
+
+        for key, value in req.tags.items():
+            if isinstance(value, dict):
+                conds.append("jsonb_typeof(o.tags -> %s) = 'number'")
+                params.append(key)
+                for op, bound in value.items():
+                    sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
+                    conds.append(f"(o.tags ->> %s)::float8 {sym} %s")
+                    params += [key, float(bound)]
+            elif value is None:
+                conds.append("(o.tags -> %s IS NULL OR o.tags -> %s = 'null'::jsonb)")
+                params += [key, key]
+            else:
+                vals = [Jsonb(json.loads(v)) for v in _jsonb_values(value)]
+                conds.append("(CASE WHEN jsonb_typeof(o.tags -> %s) = 'array' THEN EXISTS ("
+                             "SELECT 1 FROM jsonb_array_elements(o.tags -> %s) e"
+                             " WHERE e = ANY(%s::jsonb[])) ELSE o.tags -> %s = ANY(%s::jsonb[])"
+                             " END)")
+                params += [key, key, vals, key, vals]
+        return conds, params
+
+    @staticmethod
+    def _order(order_by: str) -> tuple[str, list[Any]]:
+        if order_by in ("-time", "time", "score"):
+            d = "ASC" if order_by == "time" else "DESC"
+            return f"o.t {d}, o.id {d}", []
+        d = "DESC" if order_by.startswith("-") else "ASC"
+        tag = order_by.lstrip("-")
+        num = ("(CASE WHEN jsonb_typeof(o.tags -> %s) = 'number'"
+               " THEN (o.tags ->> %s)::float8 END)")
+        return f"{num} IS NULL, {num} {d}, o.t DESC, o.id DESC", [tag, tag, tag, tag]
+
+    def ordered(self, req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
+                limit: int, *, include_archived: bool = False,
+                exclude_models: Iterable[str] = ()) -> list[FleetHit]:
+        """Rows passing the filters, ordered by req.order_by (time or a numeric tag);
+        `exclude_models`: leave out rows that have a vector of one of these models."""
+        conds, params = self.where(req, robots, map_id, include_archived)
+        excl = list(exclude_models)
+        if excl:
+            conds.append("(o.model_id IS NULL OR o.model_id <> ALL(%s))")
+            params.append(excl)
+        order, oparams = self._order(req.order_by if req.order_by != "score" else "-time")
+        where = ("WHERE " + " AND ".join(conds)) if conds else ""
+        sql = f"SELECT {_SELECT} FROM memory_observations o {where} ORDER BY {order} LIMIT %s"
+        rows = self.run(lambda c: c.execute(sql, params + oparams + [int(limit)]).fetchall())
+        return [self._hit(r) for r in rows]
+
+    def nearest(self, req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
+                model_id: str, qvec: np.ndarray, k: int, *, include_archived: bool = False,
+                use_hnsw: bool = False) -> list[FleetHit]:
+        """The k rows of one model with the highest inner product with qvec among the rows
+        passing every filter: exact (a scan of the filtered rows) unless use_hnsw."""
+        conds, params = self.where(req, robots, map_id, include_archived)
+        conds.append("o.model_id = %s")
+        params.append(model_id)
+        q = np.asarray(qvec, np.float32)
+        dim = self.hnsw_models().get(model_id) if use_hnsw else None
+        emb = f"(o.emb)::vector({int(dim)})" if dim else "o.emb"
+        if dim:
+            # Literal model id: the planner must see the partial index's predicate.
+            from psycopg import sql as psql
+
+            conds[-1] = "o.model_id = " + psql.Literal(model_id).as_string(None)
+            params.pop()
+        if req.min_score is not None:
+            conds.append(f"-({emb} <#> %s) >= %s")
+            params += [q, float(req.min_score)]
+        sql = (f"SELECT {_SELECT}, -({emb} <#> %s) AS score FROM memory_observations o"
+               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, o.id LIMIT %s")
+        args = [q, *params, q, int(k)]
+
+        def go(conn: Any) -> list[Any]:
+            if dim:
+                with conn.transaction():
+                    conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                    return conn.execute(sql, args).fetchall()
+            return conn.execute(sql, args).fetchall()
+        return [self._hit(r, float(r[17])) for r in self.run(go)]
+
+    def ordered_with_scores(self, req: SearchRequest, robots: Sequence[str] | None,
+                            map_id: str | None, qvecs: dict[str, np.ndarray], limit: int, *,
+                            include_archived: bool = False) -> list[FleetHit]:
+        """Ordered by time or a tag, each row reporting its similarity (None without a
+        vector of a queried model); with min_score, rows below it (or unscored) drop out."""
+        conds, params = self.where(req, robots, map_id, include_archived)
+        cases, cparams = [], []
+        for m, q in qvecs.items():
+            cases.append("WHEN o.model_id = %s THEN -(o.emb <#> %s)")
+            cparams += [m, np.asarray(q, np.float32)]
+        score = f"(CASE {' '.join(cases)} END)" if cases else "NULL::float8"
+        order, oparams = self._order(req.order_by)
+        where = ("WHERE " + " AND ".join(conds)) if conds else ""
+        inner = (f"SELECT {_SELECT}, {score} AS score FROM memory_observations o {where}")
+        outer_cond = ""
+        oparams_all = list(oparams)
+        if req.min_score is not None:
+            outer_cond = "WHERE o.score >= %s"
+        order_outer = order  # the same columns exist on the subquery alias o
+        sql = f"SELECT * FROM ({inner}) o {outer_cond} ORDER BY {order_outer} LIMIT %s"
+        args = cparams + params + ([float(req.min_score)] if req.min_score is not None else [])
+        args += oparams_all + [int(limit)]
+        rows = self.run(lambda c: c.execute(sql, args).fetchall())
+        return [self._hit(r, None if r[17] is None else float(r[17])) for r in rows]

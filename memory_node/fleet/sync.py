@@ -1,0 +1,415 @@
+"""Local-first sync: push a robot's memory.db to the fleet store, idempotently.
+
+The robot's SQLite store stays the source of truth and works with no network. Triggers that
+this module installs in memory.db append the id of every inserted, updated, embedded or
+archived row to `fleet_outbox` in the same transaction as the change (so whichever process
+writes - recorder, server, compaction - nothing is missed, and rows written before the first
+sync are queued when the triggers are installed). The pusher reads the outbox in order, reads
+each row's current state, and sends a batch in one PostgreSQL transaction that upserts the
+rows keyed by (robot_id, store_id, local_id) and records the batch's last outbox position.
+Then the local outbox is trimmed. A crash between the two leaves rows the fleet has and the
+outbox still lists: they are sent again and change nothing. A lost connection is retried
+with exponential backoff; the outbox keeps growing meanwhile and drains when it returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import sqlite3
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_node.fleet.credentials import CredentialError, resolve_fleet_url
+from memory_node.fleet.store import FleetStore, FleetUnavailable
+
+log = logging.getLogger("memory_node.fleet.sync")
+
+PAUSE_ENV = "MEMORY_SYNC_TEST_PAUSE_S"  # tests only: hold each batch's transaction open
+
+_OUTBOX_SQL = """
+CREATE TABLE IF NOT EXISTS fleet_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    obs_id INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS fleet_obs_ins AFTER INSERT ON observations
+    BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
+CREATE TRIGGER IF NOT EXISTS fleet_obs_upd AFTER UPDATE ON observations
+    BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
+CREATE TRIGGER IF NOT EXISTS fleet_vec_ins AFTER INSERT ON vectors
+    BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
+CREATE TRIGGER IF NOT EXISTS fleet_vec_upd AFTER UPDATE ON vectors
+    BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
+CREATE TRIGGER IF NOT EXISTS fleet_arch_ins AFTER INSERT ON archive
+    BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
+"""
+
+_COLS = ("id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, note_key")
+
+
+def default_robot_id() -> str:
+    return socket.gethostname() or "robot"
+
+
+def default_map_id(robot_id: str, frame: str = "map") -> str:
+    """A robot's own map: its `map` frame is nobody else's unless configured so."""
+    return f"{robot_id}/{frame}"
+
+
+@dataclass
+class SyncStats:
+    batches: int = 0
+    rows_sent: int = 0
+    rows_changed: int = 0
+    retries: int = 0
+    last_error: str = ""
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LocalOutbox:
+    """The robot side: memory.db, its outbox triggers, and the rows they point at."""
+
+    def __init__(self, db_path: Path, *, timeout_s: float = 10.0):
+        from memory_node.core.store.sqlite_store import SqliteObservationStore
+
+        self.path = Path(db_path)
+        SqliteObservationStore(self.path).close()  # create or migrate the store's schema
+        self.db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
+                                  check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+        self.install()
+        self.store_id = self.db.execute(
+            "SELECT value FROM meta WHERE key='db_uuid'").fetchone()[0]
+
+    def install(self) -> None:
+        """Create the outbox and its triggers; queue every row that predates them."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            had = self.db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='trigger' AND name='fleet_arch_ins'"
+            ).fetchone()
+            for stmt in _OUTBOX_SQL.split(";\n"):
+                if stmt.strip():
+                    self.db.execute(stmt)
+            if not had:
+                self.db.execute(
+                    "INSERT INTO fleet_outbox(obs_id) SELECT id FROM ("
+                    "SELECT id FROM observations UNION SELECT id FROM archive) ORDER BY id")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def requeue_all(self) -> None:
+        """Queue every row again (the fleet database was replaced or emptied)."""
+        self.db.execute(
+            "INSERT INTO fleet_outbox(obs_id) SELECT id FROM ("
+            "SELECT id FROM observations UNION SELECT id FROM archive) ORDER BY id")
+
+    def pending(self, after_seq: int) -> int:
+        return int(self.db.execute("SELECT count(*) FROM fleet_outbox WHERE seq > ?",
+                                   (after_seq,)).fetchone()[0])
+
+    def max_seq(self) -> int:
+        return int(self.db.execute("SELECT coalesce(max(seq), 0) FROM fleet_outbox")
+                   .fetchone()[0])
+
+    def next_batch(self, after_seq: int, limit: int) -> tuple[int, list[int]]:
+        """(last seq of the batch, distinct row ids in it); (after_seq, []) when empty."""
+        rows = self.db.execute(
+            "SELECT seq, obs_id FROM fleet_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after_seq, limit)).fetchall()
+        if not rows:
+            return after_seq, []
+        return rows[-1][0], list(dict.fromkeys(r[1] for r in rows))
+
+    def trim(self, upto_seq: int) -> None:
+        self.db.execute("DELETE FROM fleet_outbox WHERE seq <= ?", (upto_seq,))
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def read_rows(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        """The current state of each row: live (with its vector) or archived."""
+        out: dict[int, dict[str, Any]] = {}
+        self.db.execute("BEGIN")  # one snapshot for both tables
+        try:
+            for s in range(0, len(ids), 500):
+                chunk = list(ids[s:s + 500])
+                marks = ",".join("?" * len(chunk))
+                for r in self.db.execute(
+                        f"SELECT o.{_COLS.replace(', ', ', o.')}, v.embedding FROM observations o"
+                        f" LEFT JOIN vectors v ON v.id = o.id WHERE o.id IN ({marks})", chunk):
+                    out[r[0]] = _row_dict(r[:14], r[14], None)
+                missing = [i for i in chunk if i not in out]
+                if missing:
+                    marks = ",".join("?" * len(missing))
+                    for r in self.db.execute(
+                            f"SELECT {_COLS}, archived_at, reason, kept_id FROM archive"
+                            f" WHERE id IN ({marks})", missing):
+                        out[r[0]] = _row_dict(r[:14], None, r[14:17])
+        finally:
+            self.db.execute("COMMIT")
+        return [out[i] for i in ids if i in out]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _row_dict(r: Sequence[Any], blob: bytes | None, arch: Sequence[Any] | None
+              ) -> dict[str, Any]:
+    (oid, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id, note_key) = r
+    vec = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+    return {"id": oid, "stream": stream, "t": t, "x": x, "y": y, "z": z, "yaw": yaw,
+            "frame": frame, "pose_source": source, "tags": tags, "text": text, "ref": ref,
+            "model_id": model_id,
+            "note_key": note_key, "emb": vec,
+            "archived_at": arch[0] if arch else None, "archive_reason": arch[1] if arch else None,
+            "kept_local_id": arch[2] if arch else None}
+
+
+class FleetSync:
+    """Pushes one memory.db to the fleet store: `push_once()` drains the outbox."""
+
+    def __init__(self, memory_dir: str | Path, store: FleetStore, robot_id: str, *,
+                 map_id: str | None = None, world_frame: str = "map", batch_size: int = 1000,
+                 backoff_s: float = 0.5, max_backoff_s: float = 30.0,
+                 init_schema: bool = True):
+        self.root = Path(memory_dir)
+        self.store = store
+        self.robot_id = robot_id
+        self.world_frame = world_frame
+        self.map_id = map_id or default_map_id(robot_id, world_frame)
+        self.batch_size = max(1, int(batch_size))
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.init_schema = init_schema
+        self.outbox = LocalOutbox(self.root / "memory.db")
+        self.cursor: int | None = None  # outbox position the fleet has acknowledged
+        self.stats = SyncStats()
+        self.pause_s = float(os.environ.get(PAUSE_ENV, "0") or 0)
+        self._stop = False
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def close(self) -> None:
+        self.outbox.close()
+
+    def map_for(self, frame: str | None) -> str | None:
+        if frame is None:
+            return None
+        if frame == self.world_frame:
+            return self.map_id
+        return default_map_id(self.robot_id, frame)
+
+    # ---- one connection's worth of work --------------------------------------------------
+    def _start(self) -> None:
+        """Schema present; find where the fleet's acknowledgements stand for this store."""
+        self.store.ensure_schema(create=self.init_schema)
+        fleet_uuid = self.store.meta("fleet_uuid") or ""
+        acked = self.store.acked_seq(self.robot_id, self.outbox.store_id)
+        identity = json.dumps({"fleet": fleet_uuid, "robot": self.robot_id, "map": self.map_id})
+        if self.outbox.get_meta("fleet_identity") not in (None, identity):
+            # Another (or a re-created) fleet database, or a new robot or map id for this
+            # store: what was acknowledged before does not hold for it.
+            log.warning("fleet database, robot id or map id changed since this store last "
+                        "synced: sending every row again")
+            self.outbox.requeue_all()
+        self.outbox.set_meta("fleet_identity", identity)
+        self.outbox.trim(acked)
+        self.cursor = acked
+
+    def _rows(self, states: list[dict[str, Any]]) -> tuple[list[tuple], dict[str, int]]:
+        rows, models = [], {}
+        for s in states:
+            emb = s["emb"]
+            if emb is not None and s["model_id"]:
+                models[s["model_id"]] = int(len(emb))
+            rows.append((self.robot_id, self.outbox.store_id, s["id"], s["stream"], s["t"],
+                         self.map_for(s["frame"]) if s["x"] is not None else None,
+                         s["x"], s["y"], s["z"], s["yaw"], s["frame"], s["pose_source"],
+                         s["tags"], s["text"], s["ref"], s["model_id"], s["note_key"], emb,
+                         s["archived_at"], s["archive_reason"], s["kept_local_id"]))
+        return rows, models
+
+    def push_once(self, until_seq: int | None = None) -> int:
+        """Send batches until the outbox is empty (or past until_seq). Returns rows sent.
+        Raises FleetUnavailable when the connection is lost (the caller retries)."""
+        if self.cursor is None:
+            self._start()
+        sent = 0
+        while not self._stop:
+            last, ids = self.outbox.next_batch(self.cursor, self.batch_size)
+            if not ids:
+                break
+            states = self.outbox.read_rows(ids)
+            rows, models = self._rows(states)
+            t0 = time.perf_counter()
+            changed = self.store.push(self.robot_id, self.outbox.store_id, self.map_id, rows,
+                                      last, models, pause_s=self.pause_s)
+            self.stats.seconds += time.perf_counter() - t0
+            self.cursor = last
+            self.outbox.trim(last)
+            self.stats.batches += 1
+            self.stats.rows_sent += len(rows)
+            self.stats.rows_changed += changed
+            sent += len(rows)
+            log.debug("batch up to outbox #%d: %d rows sent, %d changed", last, len(rows),
+                      changed)
+            if until_seq is not None and last >= until_seq:
+                break
+        return sent
+
+    def run(self, *, once: bool = False, interval_s: float = 0.25,
+            timeout_s: float | None = None) -> bool:
+        """Keep pushing (or, once: until what is queued now is acknowledged). Returns True
+        when everything asked for was acknowledged."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        target = self.outbox.max_seq() if once else None
+        failures = 0
+        while not self._stop:
+            try:
+                self.push_once()
+                if failures:
+                    log.info("fleet store reachable again; outbox drained up to #%d",
+                             self.cursor)
+                failures = 0
+                if once and self.cursor is not None and self.cursor >= (target or 0):
+                    return True
+                if once and self.outbox.pending(self.cursor or 0) == 0:
+                    return True
+                time.sleep(interval_s)
+            except (FleetUnavailable, Exception) as exc:  # noqa: BLE001 - retried, logged
+                if not isinstance(exc, FleetUnavailable):
+                    import psycopg
+
+                    if not isinstance(exc, psycopg.Error):
+                        raise
+                    exc = FleetUnavailable(  # e.g. a permission or constraint refusal
+                        f"the fleet store refused a batch: {type(exc).__name__}: "
+                        f"{self.store.scrub(str(exc).strip())}")
+                failures += 1
+                self.stats.retries += 1
+                self.stats.last_error = str(exc)
+                self.cursor = None  # re-read the acknowledgement after reconnecting
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** min(failures - 1, 10))
+                delay *= random.uniform(0.8, 1.2)
+                if failures == 1 or failures % 10 == 0:
+                    log.warning("%s; retrying in %.1f s (rows keep queueing locally)", exc,
+                                delay)
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    return False
+                time.sleep(delay)
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return False
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memory-sync",
+        description="Push this robot's memory (observations, notes with pose and tags, vectors "
+                    "and compaction archives) to the fleet store (PostgreSQL + pgvector), "
+                    "idempotently, retrying with backoff while the network is away. The URL "
+                    "comes from --fleet-url (no password there) or $MEMORY_FLEET_URL or the "
+                    "file named by $MEMORY_FLEET_URL_FILE; a password from the URL in the "
+                    "environment or file, $PGPASSWORD or ~/.pgpass.")
+    p.add_argument("--memory-dir", default=None,
+                   help="the robot's memory directory (default $AGENT_MEMORY_DIR or "
+                        "./agent_memory)")
+    p.add_argument("--fleet-url", default=None,
+                   help="postgresql://user@host/db (default $MEMORY_FLEET_URL)")
+    p.add_argument("--robot-id", default=None,
+                   help="this robot's id in the fleet (default $MEMORY_ROBOT_ID or the host "
+                        "name)")
+    p.add_argument("--map-id", default=None,
+                   help="the map this robot's world frame belongs to; robots that share a map "
+                        "give the same id (default $MEMORY_MAP_ID or <robot-id>/map)")
+    p.add_argument("--world-frame", default="map", help="the world frame (default map)")
+    p.add_argument("--once", action="store_true",
+                   help="push what is queued now; exit 0 when all is acknowledged, 1 when the "
+                        "timeout passes first")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="with --once: give up after this many seconds (default 300)")
+    p.add_argument("--interval", type=float, default=0.25,
+                   help="seconds between checks for new rows (default 0.25)")
+    p.add_argument("--batch-size", type=int, default=1000, help="rows per transaction")
+    p.add_argument("--init-schema", action="store_true",
+                   help="create the fleet schema (as a role that may) and exit")
+    p.add_argument("--no-create", action="store_true",
+                   help="never try to create the schema (a least-privilege robot role)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(stream=sys.stderr, level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        url = resolve_fleet_url(args.fleet_url)
+    except CredentialError as exc:
+        print(f"memory-sync: {exc}", file=sys.stderr)
+        return 2
+    if not url:
+        print("memory-sync: no fleet URL: give --fleet-url or set MEMORY_FLEET_URL",
+              file=sys.stderr)
+        return 2
+    store = FleetStore(url, application_name="memory-sync")
+    if args.init_schema:
+        try:
+            store.init_schema()
+        except Exception as exc:  # noqa: BLE001 - one line, no URL
+            print(f"memory-sync: {exc}", file=sys.stderr)
+            return 1
+        print(f"memory-sync: schema ready on {store.label}")
+        return 0
+    from memory_node.core.config import MemoryConfig
+
+    values = {"memory_dir": args.memory_dir} if args.memory_dir else {}
+    root = MemoryConfig.from_mapping(values).root
+    robot_id = args.robot_id or os.environ.get("MEMORY_ROBOT_ID") or default_robot_id()
+    map_id = args.map_id or os.environ.get("MEMORY_MAP_ID") or None
+    sync = FleetSync(root, store, robot_id, map_id=map_id, world_frame=args.world_frame,
+                     batch_size=args.batch_size, init_schema=not args.no_create)
+    signal.signal(signal.SIGTERM, lambda *_: sync.stop())
+    log.info("memory-sync: %s -> %s as robot %r (map %r)", root, store.label, robot_id,
+             sync.map_id)
+    try:
+        ok = sync.run(once=args.once, interval_s=args.interval,
+                      timeout_s=(args.timeout or 300.0) if args.once else None)
+    except KeyboardInterrupt:
+        ok = True
+    finally:
+        sync.close()
+        store.close()
+    s = sync.stats
+    log.info("memory-sync: %d batches, %d rows sent, %d changed in the fleet, %d retries",
+             s.batches, s.rows_sent, s.rows_changed, s.retries)
+    if args.once and not ok:
+        print(f"memory-sync: not everything was acknowledged: {s.last_error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

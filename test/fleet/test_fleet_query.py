@@ -1,0 +1,291 @@
+"""The JSON contract over the fleet store: the same answers as the robot's own engine, plus
+the robot and map fields; maps are never mixed by accident; credentials stay out of sight."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from engine_support import T0, FakeClock, PoseBox, make_engine, minilm
+
+from memory_node.core.types import Pose
+from memory_node.fleet.credentials import (
+    CredentialError,
+    read_url_file,
+    redact,
+    resolve_fleet_url,
+    scrub,
+)
+from memory_node.fleet.engine import FleetEngine
+from memory_node.fleet.store import FleetStore
+from memory_node.fleet.sync import FleetSync
+
+THINGS = ["a red door", "a blue chair", "a person waving", "the kitchen sink", "a green plant",
+          "a stack of boxes", "the charging dock", "an open window", "a yellow cone",
+          "a wooden table", "a red fire extinguisher", "a sleeping cat"]
+
+
+def _fill(robot: str, root, clock: FakeClock, pose: PoseBox, shift: float) -> None:
+    eng = make_engine(root, clock=clock, pose=pose)
+    try:
+        for i in range(36):
+            clock.t = T0 + 60 * i
+            pose.pose = Pose(x=(i % 9) * 1.0 + shift, y=(i // 9) * 1.5, yaw=0.1 * i, frame="map")
+            thing = THINGS[i % len(THINGS)]
+            tags = {"n": i, "kind": "door" if "door" in thing else "other"}
+            if i % 4 == 0:
+                eng.save(json.dumps({"note": f"{robot} noted {thing} near spot {i}",
+                                     "tags": tags}))
+            else:
+                eng.add_observation("camera", clock.t, pose.pose, tags,
+                                    text=f"camera view {i}: {thing}")
+        eng.add_observation("odom", clock.t + 1, pose.pose, {"speed": 0.3})  # no text
+    finally:
+        eng.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, fleet_url):
+    base = tmp_path_factory.mktemp("robots")
+    clock, pose = FakeClock(), PoseBox()
+    store = FleetStore(fleet_url)
+    maps = {"r1": None, "r2": None, "r3": "site-A", "r4": "site-A"}
+    for n, (robot, map_id) in enumerate(maps.items()):
+        _fill(robot, base / robot, clock, pose, shift=0.0 if n < 2 else 20.0 + n)
+        sync = FleetSync(base / robot, store, robot, map_id=map_id)
+        sync.push_once()
+        sync.close()
+    store.close()
+    clock.t = T0 + 60 * 40
+    pose.pose = Pose(x=2.0, y=1.5, frame="map")
+    engines = {}
+
+    def engine(robot: str) -> FleetEngine:
+        if robot not in engines:
+            engines[robot] = FleetEngine(None, fleet_url=fleet_url, robot_id=robot, clock=clock,
+                                         pose_provider=pose, text_embedder=minilm())
+        return engines[robot]
+    yield {"base": base, "clock": clock, "pose": pose, "engine": engine, "url": fleet_url}
+    for e in engines.values():
+        e.close()
+
+
+def _local_ids(url: str, fleet_ids: list[int]) -> list[int]:
+    with psycopg.connect(url) as conn:
+        rows = dict(conn.execute("SELECT id, local_id FROM memory_observations"
+                                 " WHERE id = ANY(%s)", (fleet_ids,)).fetchall())
+    return [rows[i] for i in fleet_ids]
+
+
+QUERIES = [
+    {"semantic_query": "red door"},
+    {"stream": "events"},
+    {"stream": "camera", "k": 7},
+    {"near_x": 3.0, "near_y": 1.5, "radius": 2.5},
+    {"near_here": True, "radius": 1.2, "k": 10},
+    {"after_seconds_ago": 900},
+    {"tags": {"kind": "door"}, "k": 20},
+    {"tags": {"n": {"gte": 5, "lt": 20}}, "semantic_query": "a chair to sit on"},
+    {"semantic_query": "kitchen", "near_x": 4.0, "near_y": 3.0, "radius": 4,
+     "after_seconds_ago": 1800, "k": 3},
+    {"order_by": "-n", "k": 4},
+    {"semantic_query": "door", "order_by": "time", "k": 3},
+    {"semantic_query": "door", "min_score": 0.4, "k": 50},
+    {"stream": "camera", "semantic_query": "someone waving hello", "k": 100},
+    {"stream": ["camera", "odom"], "semantic_query": "cat", "near_x": 8.0, "near_y": 4.5,
+     "radius": 3},
+]
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=[json.dumps(q)[:60] for q in QUERIES])
+def test_fleet_answers_equal_the_robots_own_engine(fleet, query):
+    local = make_engine(fleet["base"] / "r1", clock=fleet["clock"], pose=fleet["pose"])
+    try:
+        want = json.loads(local.search(json.dumps(query)))
+    finally:
+        local.close()
+    got = json.loads(fleet["engine"]("r1").search(json.dumps({**query, "robot": "r1"})))
+    assert want["ok"] and got["ok"], (want, got)
+    assert got["count"] == want["count"]
+    assert all(r["robot"] == "r1" and r["map"] in ("r1/map", None) for r in got["results"])
+    ids = _local_ids(fleet["url"], [r["id"] for r in got["results"]])
+    assert ids == [r["id"] for r in want["results"]]
+    for g, w in zip(got["results"], want["results"]):
+        assert (g["score"] is None) == (w["score"] is None)
+        if w["score"] is not None:
+            assert g["score"] == pytest.approx(w["score"], abs=1e-5)
+        assert (g["t"], g["pose"], g["tags"], g["text"], g["stream"]) == (
+            w["t"], w["pose"], w["tags"], w["text"], w["stream"])
+
+
+def test_robot_filter_and_robot_in_every_result(fleet):
+    eng = fleet["engine"]("r1")
+    both = json.loads(eng.search(json.dumps({"semantic_query": "a red door", "k": 8,
+                                             "robot": ["r1", "r2"]})))
+    assert {r["robot"] for r in both["results"]} == {"r1", "r2"}
+    every = json.loads(eng.search("a red door"))  # plain text: the whole fleet
+    assert every["ok"] and all("robot" in r for r in every["results"])
+    only = json.loads(eng.search(json.dumps({"stream": "events", "robot": "r4", "k": 50})))
+    assert only["count"] == 9 and {r["robot"] for r in only["results"]} == {"r4"}
+    for bad in ({"robot": 3}, {"robot": []}, {"robot": [""]}, {"map": ""}):
+        ans = json.loads(eng.search(json.dumps(bad)))
+        assert ans["error"]["code"] == "bad_request"
+
+
+def test_spatial_filters_stay_within_one_map(fleet):
+    r1 = fleet["engine"]("r1")
+    area = {"near_x": 3.0, "near_y": 1.5, "radius": 100.0, "k": 100}
+    own = json.loads(r1.search(json.dumps(area)))  # r1 and r2 share coordinates, not maps
+    assert own["count"] > 0 and {r["robot"] for r in own["results"]} == {"r1"}
+    other = json.loads(r1.search(json.dumps({**area, "map": "r2/map"})))
+    assert {r["robot"] for r in other["results"]} == {"r2"}
+    named = json.loads(r1.search(json.dumps({**area, "robot": "r2"})))  # that robot's map
+    assert {r["robot"] for r in named["results"]} == {"r2"}
+    # r3 and r4 sync with the same map id: searched together.
+    shared = json.loads(r1.search(json.dumps({"near_x": 25.0, "near_y": 1.5, "radius": 100.0,
+                                              "k": 100, "map": "site-A"})))
+    assert {r["robot"] for r in shared["results"]} == {"r3", "r4"}
+    r3 = fleet["engine"]("r3")
+    mine = json.loads(r3.search(json.dumps({"near_x": 25.0, "near_y": 1.5, "radius": 100.0,
+                                            "k": 100})))
+    assert {r["robot"] for r in mine["results"]} == {"r3", "r4"}
+    assert all(r["map"] == "site-A" for r in mine["results"])
+
+
+def test_streams_per_robot_and_writes_refused(fleet):
+    eng = fleet["engine"]("r1")
+    ans = json.loads(eng.streams())
+    camera = next(s for s in ans["streams"] if s["name"] == "camera")
+    assert {r["robot"] for r in camera["robots"]} == {"r1", "r2", "r3", "r4"}
+    assert camera["count"] == sum(r["count"] for r in camera["robots"])
+    assert {r["robot"]: r["map"] for r in ans["robots"]} == {
+        "r1": "r1/map", "r2": "r2/map", "r3": "site-A", "r4": "site-A"}
+    assert json.loads(eng.save("hello"))["error"]["code"] == "bad_request"
+    assert json.loads(eng.compact())["error"]["code"] == "bad_request"
+
+
+def test_unreachable_fleet_answers_unavailable_without_the_password(fleet, tmp_path):
+    eng = fleet["engine"]("r1")
+    real = eng.store
+    eng.store = FleetStore(f"postgresql://u:s3cret-XYZ@/db?host={tmp_path}&connect_timeout=1")
+    try:
+        ans = eng.search("red door")
+    finally:
+        eng.store = real
+    assert json.loads(ans)["error"]["code"] == "unavailable"
+    assert "s3cret-XYZ" not in ans
+
+
+def test_hnsw_for_unfiltered_semantic_search_matches_exact(fleet):
+    eng = fleet["engine"]("r1")
+    query = json.dumps({"semantic_query": "a sleeping cat", "k": 5})
+    exact = json.loads(eng.search(query))
+    assert eng.store.create_vector_index(eng.text_model_id, 384)
+    assert eng.text_model_id in eng.store.hnsw_models()
+    approx = json.loads(eng.search(query))
+    assert [r["id"] for r in approx["results"]] == [r["id"] for r in exact["results"]]
+
+
+def test_memory_mcp_serves_the_fleet_in_process(fleet):
+    from memory_node.agent.mcp_server import _make_client, _parser
+
+    args = _parser().parse_args(["--fleet-url", fleet["url"], "--robot-id", "r2"])
+    client = _make_client(args, [])
+    try:
+        ans = json.loads(client.search(json.dumps({"semantic_query": "red door", "k": 3})))
+        assert ans["ok"] and all("robot" in r for r in ans["results"])
+    finally:
+        client.close()
+
+
+def test_credentials_only_from_env_or_a_private_file(tmp_path, monkeypatch):
+    with pytest.raises(CredentialError):
+        resolve_fleet_url("postgresql://robot:pw@db.example/fleet", env={})
+    with pytest.raises(CredentialError):
+        resolve_fleet_url("host=db password=pw", env={})
+    assert resolve_fleet_url("postgresql://robot@db/fleet", env={}) == "postgresql://robot@db/fleet"
+    assert resolve_fleet_url(None, env={"MEMORY_FLEET_URL": "postgresql://r:pw@h/f"}) == \
+        "postgresql://r:pw@h/f"
+    f = tmp_path / "fleet_url"
+    f.write_text("postgresql://r:pw2@h/f\n")
+    f.chmod(0o644)
+    with pytest.raises(CredentialError, match="chmod 600"):
+        read_url_file(f)
+    f.chmod(0o600)
+    assert resolve_fleet_url(None, env={"MEMORY_FLEET_URL_FILE": str(f)}) == \
+        "postgresql://r:pw2@h/f"
+    assert "pw" not in redact("postgresql://r:pw@h/f?password=pw")
+    assert scrub("failed for postgresql://r:pw@h/f", "postgresql://r:pw@h/f").count("pw") == 0
+    # The command refuses a password on its command line and never echoes it.
+    done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
+                           str(tmp_path / "m"), "--fleet-url", "postgresql://r:hunter2@h/f",
+                           "--once"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "hunter2" not in done.stdout + done.stderr
+    # A password from the environment stays out of the log when the connection fails.
+    env = {"MEMORY_FLEET_URL": f"postgresql://r:hunter3@/f?host={tmp_path}&connect_timeout=1",
+           "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
+                           str(tmp_path / "m"), "--once", "--timeout", "1"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1 and "hunter3" not in done.stdout + done.stderr
+    assert "r:***@" in done.stderr
+
+
+ROBOT_ROLE_SQL = """
+CREATE ROLE memory_robot NOLOGIN;
+GRANT SELECT ON memory_fleet_meta TO memory_robot;
+GRANT SELECT, INSERT, UPDATE ON memory_observations, memory_sync_state, memory_robots,
+    memory_models TO memory_robot;
+ALTER TABLE memory_observations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_sync_state ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fleet_read ON memory_observations FOR SELECT USING (true);
+CREATE POLICY robot_inserts_own ON memory_observations FOR INSERT TO memory_robot
+    WITH CHECK (robot_id = current_user);
+CREATE POLICY robot_updates_own ON memory_observations FOR UPDATE TO memory_robot
+    USING (robot_id = current_user) WITH CHECK (robot_id = current_user);
+CREATE POLICY robot_own_state ON memory_sync_state FOR ALL TO memory_robot
+    USING (robot_id = current_user) WITH CHECK (robot_id = current_user);
+CREATE ROLE "go2-07" LOGIN IN ROLE memory_robot;
+"""
+
+
+def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
+    from fleet_support import create_database, drop_database
+
+    url = create_database(pg)
+    try:
+        FleetStore(url).init_schema()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute('DROP ROLE IF EXISTS "go2-07"')
+            conn.execute("DROP ROLE IF EXISTS memory_robot")
+            conn.execute(ROBOT_ROLE_SQL)
+        p = urlsplit(url)
+        robot_url = urlunsplit((p.scheme, "go2-07@" + p.netloc.split("@")[-1], p.path,
+                                p.query, ""))
+        mem = tmp_path / "go2"
+        make_engine(mem).save("the loading bay door is stuck")
+        done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
+                               str(mem), "--robot-id", "go2-07", "--once", "--no-create",
+                               "--fleet-url", robot_url], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        wrong = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
+                                str(mem), "--robot-id", "someone-else", "--once",
+                                "--no-create", "--timeout", "3", "--fleet-url", robot_url],
+                               capture_output=True, text=True, timeout=120)
+        assert wrong.returncode != 0  # row-level security: only its own robot id
+        with psycopg.connect(robot_url, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("DELETE FROM memory_observations")
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT robot_id, count(*) FROM memory_observations"
+                                " GROUP BY robot_id").fetchall() == [("go2-07", 1)]
+    finally:
+        drop_database(pg, url)
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute('DROP ROLE IF EXISTS "go2-07"')
+            conn.execute("DROP ROLE IF EXISTS memory_robot")

@@ -1,0 +1,247 @@
+"""memory-sync against a real PostgreSQL: everything arrives once, whatever fails on the way.
+
+The server is stopped in the middle of a sync and started again, the sync process is SIGKILLed
+inside a batch's transaction, batches are re-sent: the fleet ends up with exactly the robot's
+rows (observations, notes with pose and tags, vectors, archived rows), each once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+from engine_support import FakeClock, PoseBox, make_engine
+
+from memory_node.core.types import Observation, Pose
+from memory_node.fleet.store import FleetStore
+from memory_node.fleet.sync import PAUSE_ENV, FleetSync
+
+MODEL = "test-model-8"
+
+
+def _bulk(engine, n: int, start: int = 0, t0: float = 1.0e9) -> None:
+    """n rows straight into the robot's store: half with vectors and poses, some tags."""
+    rng = np.random.default_rng(start)
+    rows, vecs = [], []
+    for i in range(start, start + n):
+        v = rng.normal(size=8).astype(np.float32)
+        v /= np.linalg.norm(v)
+        has_vec = i % 2 == 0
+        rows.append(Observation(
+            stream="camera" if i % 3 else "lidar", t=t0 + i,
+            pose=Pose(x=i * 0.1, y=-i * 0.05, yaw=0.1, frame="map") if i % 5 else None,
+            tags={"i": i, "colors": ["red"] if i % 7 == 0 else []}, text=f"row {i}",
+            ref=f"blobs/camera/{i}.jpg", model_id=MODEL if has_vec else None))
+        vecs.append(v if has_vec else None)
+    engine.store.insert(rows, vecs)
+
+
+def local_state(db: Path) -> dict[int, tuple]:
+    """Every row of memory.db, live or archived: local id -> comparable tuple."""
+    con = sqlite3.connect(str(db))
+    out = {}
+    for r in con.execute(
+            "SELECT o.id, o.stream, o.t, o.x, o.y, o.frame, o.tags, o.text, o.ref, o.model_id,"
+            " o.note_key, v.embedding, NULL FROM observations o"
+            " LEFT JOIN vectors v ON v.id = o.id"):
+        out[r[0]] = r[1:6] + (json.loads(r[6]),) + r[7:11] + (
+            None if r[11] is None else np.frombuffer(r[11], np.float32).tolist(), False)
+    for r in con.execute("SELECT id, stream, t, x, y, frame, tags, text, ref, model_id,"
+                         " note_key FROM archive"):
+        out[r[0]] = r[1:6] + (json.loads(r[6]),) + r[7:11] + ("archived", True)
+    con.close()
+    return out
+
+
+def fleet_state(url: str, robot: str) -> dict[int, tuple]:
+    out = {}
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT local_id, stream, t, x, y, frame, tags, text, ref, model_id, note_key,"
+            " emb::text, archived_at IS NOT NULL FROM memory_observations WHERE robot_id=%s",
+            (robot,)).fetchall()
+        dup = conn.execute("SELECT count(*) - count(DISTINCT (store_id, local_id))"
+                           " FROM memory_observations WHERE robot_id=%s", (robot,)).fetchone()[0]
+    assert dup == 0
+    for r in rows:
+        emb = None if r[11] is None else np.asarray(json.loads(r[11]), np.float32).tolist()
+        out[r[0]] = r[1:11] + ("archived" if r[12] else emb, r[12])
+    return out
+
+
+def assert_same(db: Path, url: str, robot: str) -> None:
+    local, fleet = local_state(db), fleet_state(url, robot)
+    assert set(fleet) == set(local)
+    bad = [i for i in local if local[i] != fleet[i]]
+    assert not bad, (bad[:3], [local[i] for i in bad[:1]], [fleet[i] for i in bad[:1]])
+
+
+def fleet_count(url: str, robot: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM memory_observations WHERE robot_id=%s",
+                            (robot,)).fetchone()[0]
+
+
+def sync_cmd(mem: Path, robot: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir", str(mem),
+            "--robot-id", robot, *extra]
+
+
+def sync_env(url: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "MEMORY_FLEET_URL": url, **extra}
+
+
+def wait_for(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_everything_arrives_once_with_pose_tags_vectors_and_archives(tmp_path, fleet_url):
+    clock, pose = FakeClock(), PoseBox(Pose(1.5, -2.0, yaw=0.3, frame="map"))
+    eng = make_engine(tmp_path / "r1", clock=clock, pose=pose)
+    try:
+        eng.save(json.dumps({"note": "the red door to the lab is open", "tags": {"door": True}}))
+        clock.t += 5
+        pose.pose = None
+        eng.save("battery at 40 percent")  # a note without a pose
+        _bulk(eng, 300)
+        store = FleetStore(fleet_url)
+        sync = FleetSync(tmp_path / "r1", store, "r1", batch_size=64)
+        assert sync.push_once() > 0
+        assert_same(tmp_path / "r1" / "memory.db", fleet_url, "r1")
+
+        # Changes after the first sync: a repeated note folds (tags change), a vector comes
+        # late, compaction archives rows into a kept one.
+        clock.t += 5
+        pose.pose = Pose(1.5, -2.0, yaw=0.3, frame="map")
+        eng.save(json.dumps({"note": "the red door to the lab is open", "tags": {"door": True}}))
+        eng.store.set_vector(2, np.ones(384, np.float32) / np.sqrt(384), eng.text_model_id)
+        moved = eng.store.archive([10, 11, 12], "thinned", kept={10: 13, 11: 13, 12: 13},
+                                  kept_tags=(13, lambda n: {"i": 12, "thinned": n}))
+        assert moved == 3
+        sync.push_once()
+        assert_same(tmp_path / "r1" / "memory.db", fleet_url, "r1")
+        with psycopg.connect(fleet_url) as conn:
+            row = conn.execute(
+                "SELECT map_id, x, y, tags, pose_source FROM memory_observations"
+                " WHERE robot_id='r1' AND text LIKE 'the red door%%'").fetchone()
+            kept = conn.execute("SELECT kept_local_id, archive_reason FROM memory_observations"
+                                " WHERE robot_id='r1' AND local_id=10").fetchone()
+        assert row[0] == "r1/map" and (row[1], row[2]) == (1.5, -2.0)
+        assert row[3]["repeats"] == 2 and row[3]["door"] is True
+        assert kept == (13, "thinned")
+        sync.close()
+        store.close()
+    finally:
+        eng.close()
+
+
+def test_a_resent_batch_changes_nothing(tmp_path, fleet_url):
+    eng = make_engine(tmp_path / "r2")
+    _bulk(eng, 200)
+    eng.close()
+    store = FleetStore(fleet_url)
+    sync = FleetSync(tmp_path / "r2", store, "r2", batch_size=50)
+    sync.push_once()
+    with psycopg.connect(fleet_url) as conn:
+        before = conn.execute("SELECT id, xmin::text FROM memory_observations"
+                              " WHERE robot_id='r2' ORDER BY id").fetchall()
+    sync.outbox.requeue_all()  # as if every acknowledgement had been lost
+    sent_before = sync.stats.rows_sent
+    sync.push_once()
+    assert sync.stats.rows_sent - sent_before == 200
+    assert sync.stats.rows_changed == 200  # only the first push changed anything
+    with psycopg.connect(fleet_url) as conn:
+        after = conn.execute("SELECT id, xmin::text FROM memory_observations"
+                             " WHERE robot_id='r2' ORDER BY id").fetchall()
+    assert after == before  # same rows, same row versions: nothing was rewritten
+    sync.close()
+    store.close()
+
+
+def test_server_stopped_mid_sync_then_restarted_loses_and_duplicates_nothing(
+        tmp_path, pg, fleet_url):
+    if not pg.local:
+        pytest.skip("stops the server: only on the self-contained test server")
+    mem = tmp_path / "r3"
+    eng = make_engine(mem)
+    _bulk(eng, 1500)
+    proc = subprocess.Popen(sync_cmd(mem, "r3", "--batch-size", "100", "--interval", "0.1"),
+                            env=sync_env(fleet_url, **{PAUSE_ENV: "0.05"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: fleet_count(fleet_url, "r3") >= 300, 60, "the first batches")
+        pg.stop()  # mid-sync: batches are in flight
+        _bulk(eng, 500, start=1500)  # the robot keeps recording with the fleet away
+        time.sleep(1.5)  # a few failed retries
+        pg.start()
+        _bulk(eng, 200, start=2000)
+        wait_for(lambda: fleet_count(fleet_url, "r3") == 2200, 90, "every row")
+        time.sleep(0.5)
+        assert_same(mem / "memory.db", fleet_url, "r3")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        eng.close()
+    assert proc.returncode == 0, out
+    assert "retrying in" in out  # the loss was noticed and retried
+
+
+def _idle_in_transaction(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name='memory-sync'"
+            " AND state='idle in transaction'").fetchone()[0] > 0
+
+
+def test_sigkill_mid_batch_loses_and_duplicates_nothing(tmp_path, fleet_url):
+    mem = tmp_path / "r4"
+    eng = make_engine(mem)
+    _bulk(eng, 500)
+    eng.close()
+    env = sync_env(fleet_url, **{PAUSE_ENV: "0.4"})
+    for killed_after in (0.0, 1.0):  # inside the first batch; inside a later one
+        proc = subprocess.Popen(sync_cmd(mem, "r4", "--once", "--batch-size", "100"),
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(killed_after)
+        wait_for(lambda: _idle_in_transaction(fleet_url), 60, "a batch's open transaction")
+        before = fleet_count(fleet_url, "r4")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        wait_for(lambda: not _idle_in_transaction(fleet_url), 30, "the rollback")
+        assert fleet_count(fleet_url, "r4") == before  # the killed batch left nothing
+    done = subprocess.run(sync_cmd(mem, "r4", "--once", "--batch-size", "100"),
+                          env=sync_env(fleet_url), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert_same(mem / "memory.db", fleet_url, "r4")
+    with psycopg.connect(fleet_url) as conn:
+        acked = conn.execute("SELECT acked_seq FROM memory_sync_state WHERE robot_id='r4'"
+                             ).fetchone()[0]
+    con = sqlite3.connect(str(mem / "memory.db"))
+    assert con.execute("SELECT count(*) FROM fleet_outbox WHERE seq > ?", (acked,)
+                       ).fetchone()[0] == 0
+    con.close()
+
+
+def test_once_gives_up_with_exit_1_when_the_fleet_stays_away(tmp_path):
+    mem = tmp_path / "r5"
+    eng = make_engine(mem)
+    eng.close()
+    url = f"postgresql://nobody@/nowhere?host={tmp_path}&connect_timeout=1"
+    done = subprocess.run(sync_cmd(mem, "r5", "--once", "--timeout", "2"),
+                          env=sync_env(url), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "not everything was acknowledged" in done.stderr
