@@ -40,6 +40,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from memory_node.core.errors import BadRequest
+from memory_node.core.types import Observation, Pose
 
 __all__ = [
     "DEFAULT_K",
@@ -67,7 +68,9 @@ __all__ = [
     "check_text",
     "explain",
     "nearest",
+    "pose_out",
     "read_answer",
+    "result_item",
     "tool_parameters",
     "validate",
 ]
@@ -590,6 +593,18 @@ class ErrorAnswer(Answer):
     def of(cls, code: str, message: str) -> ErrorAnswer:
         code = code if code in ERROR_CODES else "internal"
         return cls(error=ErrorBody(code=code, message=message))  # type: ignore[arg-type]
+
+
+def pose_out(pose: Pose | None) -> PoseOut:
+    """A stored pose in an answer (rounded like DESIGN.md's examples); all null without one."""
+    return PoseOut() if pose is None else PoseOut(**pose.to_dict())
+
+
+def result_item(obs: Observation, score: float | None) -> ResultItem:
+    """One search result (DESIGN.md's shape)."""
+    return ResultItem(id=obs.id, stream=obs.stream, t=obs.t, pose=pose_out(obs.pose),
+                      score=None if score is None else round(float(score), 6), tags=obs.tags,
+                      text=obs.text, ref=obs.ref)
 
 
 A = TypeVar("A", bound=BaseModel)

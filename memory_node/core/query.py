@@ -37,6 +37,7 @@ __all__ = [
     "RANGE_OPS",
     "RESERVED_NOTE_TAGS",
     "TAG_KEY",
+    "SEARCH_FIELDS",
     "SaveRequest",
     "SearchPlan",
     "SearchRequest",
@@ -50,6 +51,13 @@ __all__ = [
     "read_save",
     "read_search",
 ]
+
+# The search fields the embedded engine implements (the rest of SearchQuery's fields are
+# answered "not supported yet" there; an engine that implements one, such as the fleet
+# engine's robot and map, takes it out of the query before the engine plans it).
+SEARCH_FIELDS = ("stream", "semantic_query", "near_x", "near_y", "radius", "near_here",
+                 "after_seconds_ago", "before_seconds_ago", "after", "before", "tags",
+                 "order_by", "k", "min_score")
 
 # Tags the engine itself writes (note folding, compaction, hand-written notes): always valid
 # filter and order keys, even before the first row carries them.

@@ -71,6 +71,12 @@ class Observation:
     model_id: str | None = None
     note_key: str | None = None  # identity of a note's Markdown entry
 
+    def to_result(self, score: float | None = None) -> dict[str, Any]:
+        """The JSON shape of one search result (contract.ResultItem)."""
+        from memory_node.core.contract import result_item
+
+        return result_item(self, score).model_dump()
+
 
 @dataclass(frozen=True)
 class RowFilter:
