@@ -755,3 +755,32 @@ def pick(name: str, base: type[Request], fields: Sequence[str],
     model.expects = {**base.expects}  # type: ignore[misc]
     model.what = "arguments"  # type: ignore[misc]
     return model
+
+
+# ---- docs ---------------------------------------------------------------------------------------
+
+def _type_words(schema: dict[str, Any]) -> str:
+    branches = schema.get("anyOf") or [schema]
+    words = []
+    for b in branches:
+        t = b.get("type")
+        if t == "array":
+            words.append(f"list of {b.get('items', {}).get('type', 'values')}")
+        elif t:
+            words.append(str(t))
+    return " or ".join(words) or "value"
+
+
+def field_table(model: type[BaseModel]) -> str:
+    """The Markdown table of a request's fields (docs/design.md holds it; a test checks it is
+    the one these models generate: `python -m memory_node.core.contract` prints them)."""
+    props = tool_parameters(model)["properties"]
+    lines = ["| field | type | meaning |", "|---|---|---|"]
+    for name, prop in props.items():
+        lines.append(f"| `{name}` | {_type_words(prop)} | {prop.get('description', '')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    for _model in (SearchQuery, SaveNote):
+        print(f"{_model.__name__}:\n\n{field_table(_model)}\n")
