@@ -4,6 +4,10 @@ Skills, the MCP server and the prompt helpers only need five calls (DESIGN.md's 
 plus the robot's current pose) and the memory's clock, so they run unchanged on the
 in-process engine (`EngineClient`, no ROS) or on the ROS services (`RosClient` in
 `ros_client.py`, which imports rclpy lazily).
+
+The typed calls (`ask_search`, `ask_save`, `ask_compact`, `ask_streams`) take and return the
+models of `core/contract.py`. By default they go through the JSON strings (the ROS client's
+path: JSON is the wire); the in-process client passes the models straight to the engine.
 """
 
 from __future__ import annotations
@@ -16,12 +20,23 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory_node.core.config import DEFAULT_STREAMS
+from memory_node.core.contract import (
+    CompactAnswer,
+    ErrorAnswer,
+    SaveAnswer,
+    SaveNote,
+    SearchAnswer,
+    SearchQuery,
+    StreamsAnswer,
+    VisitsAnswer,
+    read_answer,
+)
 from memory_node.core.types import Pose
 
 if TYPE_CHECKING:
     from memory_node.core.engine import MemoryEngine
 
-__all__ = ["EngineClient", "MemoryClient", "error_json"]
+__all__ = ["EngineClient", "MemoryClient", "error_json", "read_answer"]
 
 
 def error_json(code: str, message: str) -> str:
@@ -50,6 +65,19 @@ class MemoryClient(ABC):
     @abstractmethod
     def current_pose(self) -> Pose | None:
         """The robot's pose in the world frame now, or None when unknown."""
+
+    # Typed calls: the contract's models in and out; never raise for a failure (ErrorAnswer).
+    def ask_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        return read_answer(self.search(query.to_json()), SearchAnswer)
+
+    def ask_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+        return read_answer(self.save(note.to_json()), SaveAnswer)
+
+    def ask_compact(self) -> CompactAnswer | ErrorAnswer:
+        return read_answer(self.compact(), CompactAnswer)
+
+    def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
+        return read_answer(self.streams(), StreamsAnswer)
 
     def now(self) -> float:
         """The memory's clock (seconds): what "seconds ago" and "N min ago" count from.
@@ -94,6 +122,22 @@ class EngineClient(MemoryClient):
 
     def streams(self) -> str:
         return self._call(self.engine.streams)
+
+    def ask_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_search(query)
+
+    def ask_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_save(note)
+
+    def ask_compact(self) -> CompactAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_compact()
+
+    def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
+        with self._lock:
+            return self.engine.answer_streams()
 
     def current_pose(self) -> Pose | None:
         return self.engine.pose_provider()

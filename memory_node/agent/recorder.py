@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from memory_node.agent.client import MemoryClient
 from memory_node.agent.skills import MEMORY_SKILL_NAMES, Skill, SkillError
+from memory_node.core.contract import SaveNote
 
 __all__ = ["SkillCallRecorder"]
 
@@ -68,9 +69,8 @@ class SkillCallRecorder:
         args = ", ".join(f"{k}={_short(v, 60)}" for k, v in arguments.items())
         outcome = "->" if ok else "failed:"
         line = f"Skill call {name}({args}) {outcome} {_short(result, self.max_chars)}"
-        return json.dumps({"note": line,
-                           "tags": {"kind": "skill_call", "skill": name, "ok": ok}},
-                          ensure_ascii=False)
+        return SaveNote(note=line, tags={"kind": "skill_call", "skill": name, "ok": ok}
+                        ).to_json()
 
     def record(self, name: str, arguments: Mapping[str, Any], result: Any, *,
                ok: bool = True) -> str | None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from memory_node.agent.answers import (
     format_place,
@@ -26,10 +27,21 @@ from memory_node.agent.answers import (
 )
 from memory_node.agent.client import MemoryClient
 from memory_node.agent.prompt import current_pose_or_none, pose_line
+from memory_node.core.contract import (
+    DEFAULT_K,
+    ErrorAnswer,
+    Request,
+    SaveNote,
+    SearchQuery,
+    pick,
+    tool_parameters,
+    validate,
+)
+from memory_node.core.errors import BadRequest
+from memory_node.core.query import ENGINE_TAGS
 
 __all__ = [
     "MEMORY_SKILL_NAMES",
-    "Param",
     "Skill",
     "SkillError",
     "SkillResult",
@@ -50,61 +62,30 @@ MEMORY_SKILL_NAMES = frozenset({
     "compact_memory",
     "where_am_i",
 })
-DEFAULT_RADIUS = 2.0
-DEFAULT_K = 5
 # where_am_i: "here" is this close, and "before" is at least this long ago.
 HERE_RADIUS_M = 2.0
 BEFORE_S = 60.0
+# How many of a stream's newest rows show which numeric tags it has (for the descriptions).
+NUMERIC_TAG_SAMPLE = 20
+# The filters both query skills take: the search contract's own fields (same types, checks
+# and descriptions), so every field added there is one name away from the tools.
+FILTER_FIELDS = ("semantic_query", "near_x", "near_y", "radius", "after_seconds_ago",
+                 "before_seconds_ago", "after", "before", "tags", "order_by", "k")
+_DEFAULTS = {"k": Field(default=DEFAULT_K)}
 
-_REQUIRED = object()
-_JSON_TYPES = {"string": (str,), "number": (int, float), "integer": (int,)}
+QueryAgentMemoryArgs = pick("QueryAgentMemoryArgs", SearchQuery, FILTER_FIELDS, _DEFAULTS)
+QueryMemoryArgs = pick(
+    "QueryMemoryArgs", SearchQuery, ("stream", *FILTER_FIELDS), {
+        **_DEFAULTS,
+        "stream": (str, Field(description="The stream to search, e.g. 'camera' (see the "
+                              "list in this description).")),
+    })
+RememberArgs = pick("RememberArgs", SaveNote, ("note",),
+                    {"note": (str, Field(description=SaveNote.model_fields["note"].description))})
 
 
 class SkillError(Exception):
     """A skill could not answer; the message is written for the model to read and act on."""
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter: its JSON type, what it means, and its default (required when absent).
-
-    Optional parameters accept JSON null as "not given", since models often send it.
-    """
-
-    name: str
-    type: str
-    description: str
-    default: Any = _REQUIRED
-    minimum: float | None = None
-    exclusive_minimum: float | None = None
-
-    @property
-    def required(self) -> bool:
-        return self.default is _REQUIRED
-
-    def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type, "description": self.description}
-        if not self.required and self.default is not None:
-            out["default"] = self.default
-        if self.minimum is not None:
-            out["minimum"] = self.minimum
-        if self.exclusive_minimum is not None:
-            out["exclusiveMinimum"] = self.exclusive_minimum
-        return out
-
-    def check(self, value: Any) -> Any:
-        """Type-check one argument (range checks are the memory's: it names the field)."""
-        if value is None and not self.required:
-            return self.default
-        if self.type == "integer" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        ok = isinstance(value, _JSON_TYPES[self.type]) and not isinstance(value, bool)
-        if ok and isinstance(value, float) and not math.isfinite(value):
-            ok = False
-        if not ok:
-            article = "an" if self.type == "integer" else "a"
-            raise SkillError(f"'{self.name}' must be {article} {self.type}, got {value!r}")
-        return value
 
 
 @dataclass(frozen=True)
@@ -122,41 +103,40 @@ class SkillResult:
 
 @dataclass(frozen=True)
 class Skill:
-    """A named, described, schema'd callable an agent framework can register as a tool."""
+    """A named, described, schema'd callable an agent framework can register as a tool.
+
+    `args` is the request model of the arguments (None or () for none): its fields are the
+    JSON schema, and it checks a call's arguments with the contract's own messages.
+    """
 
     name: str
     description: str
-    params: tuple[Param, ...]
+    args: type[BaseModel] | tuple[()] | None
     fn: Callable[..., str] = field(repr=False)
     read_only: bool = True
 
     @property
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments (an object; no other properties)."""
-        return {
-            "type": "object",
-            "properties": {p.name: p.schema() for p in self.params},
-            "required": [p.name for p in self.params if p.required],
-            "additionalProperties": False,
-        }
+        if not self.args:
+            return {"type": "object", "properties": {}, "required": [],
+                    "additionalProperties": False}
+        return tool_parameters(self.args)  # type: ignore[arg-type]
 
     def bind(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
-        """Arguments checked against the parameters, defaults filled in."""
-        known = {p.name: p for p in self.params}
-        unknown = sorted(set(arguments) - set(known))
-        if unknown:
-            takes = ", ".join(known) or "no arguments"
-            raise SkillError(f"unknown argument(s) {', '.join(unknown)}; {self.name} takes "
-                             f"{takes}")
-        out: dict[str, Any] = {}
-        for p in self.params:
-            if p.name in arguments:
-                out[p.name] = p.check(arguments[p.name])
-            elif p.required:
-                raise SkillError(f"missing argument '{p.name}': {p.description}")
-            else:
-                out[p.name] = p.default
-        return out
+        """Arguments checked against the model; null means "not given" (models send it)."""
+        given = {k: v for k, v in arguments.items() if v is not None}
+        if not self.args:
+            if given:
+                raise SkillError(f"{self.name} takes no arguments; got {', '.join(given)}")
+            return {}
+        model: type[Request] = self.args  # type: ignore[assignment]
+        try:
+            checked = validate(model, given)
+        except BadRequest as exc:
+            raise SkillError(exc.message.replace(" in the arguments", f" of {self.name}")
+                             + " (bad_request)") from None
+        return checked.model_dump(exclude_none=True)
 
     def run(self, /, **arguments: Any) -> SkillResult:
         """Call the skill; never raises (an unexpected failure is logged and reported)."""
@@ -176,81 +156,43 @@ class Skill:
 
 # ---- talking to the client --------------------------------------------------------------
 
-def _ask(fn: Callable[[], str]) -> dict[str, Any]:
-    """One client call, its JSON decoded; a failure becomes a SkillError naming its code."""
-    raw = fn()
-    try:
-        resp = json.loads(raw)
-    except (TypeError, ValueError):
-        raise SkillError(f"memory answered something that is not JSON: {str(raw)[:200]!r}"
-                         ) from None
-    if not isinstance(resp, dict):
-        raise SkillError("memory answered an unexpected JSON value")
-    if not resp.get("ok"):
-        err = resp.get("error") or {}
-        code = err.get("code", "internal")
-        raise SkillError(f"{err.get('message', 'memory reported a failure')} ({code})")
-    return resp
+def _ok(answer: Any) -> Any:
+    """An answer, or the SkillError naming its code."""
+    if isinstance(answer, ErrorAnswer):
+        raise SkillError(f"{answer.error.message} ({answer.error.code})")
+    return answer
 
 
-def _stream_summary(streams: Sequence[Mapping[str, Any]], now: float) -> list[str]:
+def _stream_summary(streams: Sequence[Any], now: float,
+                    numeric: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     lines = []
     for s in streams:
-        count = int(s.get("count") or 0)
+        count = int(s.count or 0)
         what = "observation" if count == 1 else "observations"
-        parts = [f"{s.get('name')}: {count} {what}"]
-        if s.get("semantic"):
+        parts = [f"{s.name}: {count} {what}"]
+        if s.semantic:
             parts.append("semantic search")
-        first, last = s.get("first_t"), s.get("last_t")
+        first, last = s.first_t, s.last_t
         if isinstance(first, (int, float)) and isinstance(last, (int, float)):
             if first == last:
                 parts.append(f"at {format_when(last, now)}")
             else:
                 parts.append(f"from {format_when(first, now)} to {format_when(last, now)}")
+        if numeric and numeric.get(s.name):
+            parts.append("order_by tags: " + ", ".join(numeric[s.name]))
         lines.append(", ".join(parts))
     return lines
 
 
-def _search_query(stream: str | None, semantic_query: str | None, near_x: float | None,
-                  near_y: float | None, radius: float, after_seconds_ago: float | None,
-                  k: int) -> str:
-    q: dict[str, Any] = {"k": k, "radius": radius}
-    if stream is not None:
-        q["stream"] = stream
-    if semantic_query is not None:
-        q["semantic_query"] = semantic_query
-    if near_x is not None or near_y is not None:
-        q["near_x"], q["near_y"] = near_x, near_y
-    if after_seconds_ago is not None:
-        q["after_seconds_ago"] = after_seconds_ago
-    return json.dumps(q, ensure_ascii=False)
-
-
 # ---- the skills -------------------------------------------------------------------------
-
-_FILTER_PARAMS = (
-    Param("semantic_query", "string",
-          "What to look for, in words; matched by meaning (e.g. 'red door', 'person waving'). "
-          "Omit to list newest first.", None),
-    Param("near_x", "number",
-          "World x in metres of the place to search around; give it with near_y. Take it from "
-          "a result's 'x=' or from the [Current pose: x=…] line.", None),
-    Param("near_y", "number",
-          "World y in metres of the place to search around; give it with near_x.", None),
-    Param("radius", "number", "Search radius in metres around near_x/near_y.",
-          DEFAULT_RADIUS, exclusive_minimum=0),
-    Param("after_seconds_ago", "number",
-          "Only observations from the last N seconds (600 = the last 10 minutes).", None,
-          minimum=0),
-    Param("k", "integer", "How many results to return.", DEFAULT_K, minimum=1),
-)
 
 _QUERY_HOW = (
     "Filters combine and are applied before ranking. With semantic_query the best matches "
-    "come first, otherwise the newest. Each result line reads '#id stream time (age) at x=… "
-    "y=… heading=… | what was observed | tags: …'; pass a result's x and y as near_x and "
-    "near_y to look around that place, or the x and y of the [Current pose: …] line to look "
-    "around the robot now.")
+    "come first, otherwise the newest; order_by sorts by time or by a numeric tag instead "
+    "('-brightness' = brightest first: use it for 'where was it brightest', 'most people'). "
+    "Each result line reads '#id stream time (age) at x=… y=… heading=… | what was observed "
+    "| tags: …'; pass a result's x and y as near_x and near_y to look around that place, or "
+    "the x and y of the [Current pose: …] line to look around the robot now.")
 
 
 class _MemorySkills:
@@ -262,70 +204,80 @@ class _MemorySkills:
 
     # -- list_memory_streams --------------------------------------------------------------
     def list_memory_streams(self) -> str:
-        resp = _ask(self.client.streams)
-        streams = resp.get("streams") or []
+        streams = _ok(self.client.ask_streams()).streams
         now = self.clock()
         lines = _stream_summary(streams, now)
         empty = [s for s in self.client.default_streams
-                 if s not in {str(x.get("name")) for x in streams}]
+                 if s not in {x.name for x in streams}]
         if not lines:
             lines = ["Memory is empty: nothing recorded yet."]
         if empty:
             lines.append(f"No observations yet in: {', '.join(empty)}.")
         return "\n".join(lines)
 
-    def streams_for_description(self) -> str:
-        """The live stream list for query_memory's description, or the configured names."""
-        try:
-            streams = _ask(self.client.streams).get("streams") or []
-        except Exception as exc:  # noqa: BLE001 - a description must always be produced
-            log.info("live stream list unavailable for the tool description: %s", exc)
+    def numeric_tags(self, stream: str) -> list[str]:
+        """The numeric tags of a stream's newest rows: what order_by can sort by there."""
+        answer = self.client.ask_search(SearchQuery(stream=stream, k=NUMERIC_TAG_SAMPLE))
+        if isinstance(answer, ErrorAnswer):
+            return []
+        found = {key for r in getattr(answer, "results", ()) for key, v in r.tags.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return sorted(found - set(ENGINE_TAGS))
+
+    def live_streams(self) -> tuple[str, str]:
+        """(query_memory's stream list, query_agent_memory's) for the descriptions: the live
+        streams with their counts and the numeric tags each can be ordered by."""
+        answer = self.client.ask_streams()
+        if isinstance(answer, ErrorAnswer):
+            log.info("live stream list unavailable for the tool description: %s",
+                     answer.error.message)
             return ("Streams (configured; the live list is unavailable now): "
-                    + ", ".join(self.client.default_streams) + ".")
+                    + ", ".join(self.client.default_streams) + ".", "")
+        streams = answer.streams
         if not streams:
             return ("Memory holds no observations yet; configured streams: "
-                    + ", ".join(self.client.default_streams) + ".")
-        now = self.clock()
-        return "Streams now:\n" + "\n".join(f"- {line}" for line in _stream_summary(streams, now))
+                    + ", ".join(self.client.default_streams) + ".", "")
+        numeric = {s.name: self.numeric_tags(s.name) for s in streams if s.count}
+        lines = _stream_summary(streams, self.clock(), numeric)
+        events = numeric.get("events")
+        return ("Streams now:\n" + "\n".join(f"- {line}" for line in lines),
+                f"Numeric tags of the notes (for order_by): {', '.join(events)}." if events
+                else "")
 
     # -- query_memory / query_agent_memory -------------------------------------------------
-    def _query(self, stream: str, semantic_query: str | None, near_x: float | None,
-               near_y: float | None, radius: float, after_seconds_ago: float | None,
-               k: int) -> str:
-        if not stream.strip():
+    def query_memory(self, **filters: Any) -> str:
+        stream = filters.pop("stream")
+        if isinstance(stream, str) and not stream.strip():
             raise SkillError("'stream' must name a stream; call list_memory_streams() to see "
                              "them")
-        query = _search_query(stream.strip(), semantic_query, near_x, near_y, radius,
-                              after_seconds_ago, k)
-        resp = _ask(lambda: self.client.search(query))
-        return format_results(resp.get("results") or [], self.clock(), resp.get("notes") or ())
+        return self._query(stream=stream.strip() if isinstance(stream, str) else stream,
+                           **filters)
 
-    def query_memory(self, stream: str, semantic_query: str | None = None,
-                     near_x: float | None = None, near_y: float | None = None,
-                     radius: float = DEFAULT_RADIUS, after_seconds_ago: float | None = None,
-                     k: int = DEFAULT_K) -> str:
-        return self._query(stream, semantic_query, near_x, near_y, radius, after_seconds_ago, k)
+    def query_agent_memory(self, **filters: Any) -> str:
+        return self._query(stream="events", **filters)
 
-    def query_agent_memory(self, semantic_query: str | None = None, near_x: float | None = None,
-                           near_y: float | None = None, radius: float = DEFAULT_RADIUS,
-                           after_seconds_ago: float | None = None, k: int = DEFAULT_K) -> str:
-        return self._query("events", semantic_query, near_x, near_y, radius,
-                           after_seconds_ago, k)
+    def _query(self, **fields: Any) -> str:
+        try:
+            query = validate(SearchQuery, fields)
+        except BadRequest as exc:
+            raise SkillError(f"{exc.message} (bad_request)") from None
+        answer = _ok(self.client.ask_search(query))
+        return format_results([r.model_dump() for r in answer.results], self.clock(),
+                              answer.notes or ())
 
     # -- remember ----------------------------------------------------------------------------
     def remember(self, note: str) -> str:
         if not note.strip():
             raise SkillError("empty note: write what to remember")
-        resp = _ask(lambda: self.client.save(note))
+        answer = _ok(self.client.ask_save(SaveNote(note=note)))
         now = self.clock()
-        oid = resp.get("id")
-        t = resp.get("t")
-        when = format_when(float(t), now) if isinstance(t, (int, float)) else "now"
-        place = format_place(resp.get("pose"), with_heading=False)
-        if resp.get("folded"):
+        oid = answer.id
+        when = format_when(float(answer.t), now)
+        place = format_place(answer.pose.model_dump(), with_heading=False)
+        if answer.folded:
             return (f"Already remembered: note #{oid} (written {when}, {place}) says the same "
                     f"from the same place; it now counts this repeat, nothing new stored.")
-        if oid is None or not resp.get("indexed", True):
+        if oid is None or not answer.indexed:
             ref = f"#{oid}" if oid is not None else "the note"
             return (f"Stored {ref} at {when}, {place}, in the notes file; it becomes "
                     f"searchable once indexing catches up.")
@@ -333,19 +285,15 @@ class _MemorySkills:
 
     # -- compact_memory ----------------------------------------------------------------------
     def compact_memory(self) -> str:
-        resp = _ask(self.client.compact)
-        thinned = int(resp.get("thinned") or 0)
-        folded = int(resp.get("folded") or 0)
-        line = (f"Compaction done: {thinned} old keyframe(s) thinned, {folded} "
+        answer = _ok(self.client.ask_compact())
+        line = (f"Compaction done: {answer.thinned} old keyframe(s) thinned, {answer.folded} "
                 f"near-duplicate(s) folded; nothing was deleted (set-aside rows kept: "
-                f"{int(resp.get('archived_total') or 0)}).")
-        summ = resp.get("summaries") or {}
-        status = summ.get("status")
-        if status == "ok":
-            line += f" Summaries written: {int(summ.get('written') or 0)}."
-        elif status:
-            msg = summ.get("message")
-            line += f" Summaries {status}" + (f": {msg}." if msg else ".")
+                f"{answer.archived_total}).")
+        summ = answer.summaries
+        if summ.status == "ok":
+            line += f" Summaries written: {summ.written}."
+        elif summ.status:
+            line += f" Summaries {summ.status}" + (f": {summ.message}." if summ.message else ".")
         return line
 
     # -- where_am_i --------------------------------------------------------------------------
@@ -355,41 +303,40 @@ class _MemorySkills:
         if pose is None:
             return (line + "\nThe robot's position is not known yet (no transform from the "
                     "world frame to the robot), so earlier visits cannot be looked up.")
-        base = {"near_x": round(pose.x, 3), "near_y": round(pose.y, 3),
+        here = {"near_x": round(pose.x, 3), "near_y": round(pose.y, 3),
                 "radius": HERE_RADIUS_M, "before_seconds_ago": BEFORE_S}
         try:
-            newest = _ask(lambda: self.client.search(json.dumps({**base, "k": 3})))
-            results = newest.get("results") or []
-            first: list[Mapping[str, Any]] = []
+            results = _ok(self.client.ask_search(SearchQuery(**here, k=3))).results
+            first = []
             if results:
-                oldest = _ask(lambda: self.client.search(
-                    json.dumps({**base, "k": 1, "order_by": "time"})))
-                first = oldest.get("results") or []
+                first = _ok(self.client.ask_search(
+                    SearchQuery(**here, k=1, order_by="time"))).results
         except SkillError as exc:
             return line + f"\nEarlier visits could not be looked up: {exc}"
         where = f"within {HERE_RADIUS_M:g} m of here"
         if not results:
             return line + f"\nNo memory of being {where} before (more than a minute ago)."
         now = self.clock()
-        text = line + (f"\nBeen {where} before: most recently {format_when(results[0]['t'], now)}")
-        if first and first[0].get("id") != results[0].get("id"):
-            text += f", first {format_when(first[0]['t'], now)}"
-        return text + ".\nLatest observations here:\n" + format_results(results, now)
+        text = line + f"\nBeen {where} before: most recently {format_when(results[0].t, now)}"
+        if first and first[0].id != results[0].id:
+            text += f", first {format_when(first[0].t, now)}"
+        return text + ".\nLatest observations here:\n" + format_results(
+            [r.model_dump() for r in results], now)
 
 
 def get_skills(client: MemoryClient, *, clock: Clock | None = None,
                live_descriptions: bool = True) -> list[Skill]:
-    """The memory skills for `client`, descriptions computed now (one `streams()` call).
+    """The memory skills for `client`, descriptions computed now (one `streams()` call and one
+    small search per stream with rows, for its numeric tags).
 
     Call it each time tools are listed to the model, so `query_memory`'s description names
     the streams memory holds now. `clock` is "now" for ages in answers; default the
     client's clock (the memory's clock: ROS time on the ROS backend, so simulated time reads
-    right). `live_descriptions=False` skips the `streams()` call, for dispatching calls.
+    right). `live_descriptions=False` skips those calls, for dispatching calls.
     """
-    live = live_descriptions
     m = _MemorySkills(client, clock or client.now)
-    streams_text = m.streams_for_description() if live else (
-        "Call list_memory_streams() to see the streams.")
+    streams_text, events_text = m.live_streams() if live_descriptions else (
+        "Call list_memory_streams() to see the streams.", "")
     return [
         Skill(
             "list_memory_streams",
@@ -399,12 +346,9 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
         Skill(
             "query_memory",
             "Search the robot's memory of what it perceived (camera descriptions, lidar, "
-            "odometry) and its notes, in one stream, by meaning, place and time. "
+            "odometry) and its notes, in one stream, by meaning, place, time and tags. "
             + _QUERY_HOW + "\n" + streams_text,
-            (Param("stream", "string",
-                   "The stream to search, e.g. 'camera' (see the list in this description)."),
-             *_FILTER_PARAMS),
-            m.query_memory),
+            QueryMemoryArgs, m.query_memory),
         Skill(
             "remember",
             "Write an episodic note to long-term memory, stamped with the robot's current "
@@ -414,14 +358,13 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
             "sentence with names and specifics; it is found later by meaning, place and time. "
             "Not for routine steps (each move, each sensor check) or what the sensors record "
             "anyway. A repeat of a recent note from the same place is folded into it.",
-            (Param("note", "string",
-                   "The note, e.g. 'Met Bob at the front door; he asked for water.'"),),
-            m.remember, read_only=False),
+            RememberArgs, m.remember, read_only=False),
         Skill(
             "query_agent_memory",
             "Search the agent's own episodic notes (stream 'events', written with remember): "
-            "who was met, what was asked, decided or done, and where. " + _QUERY_HOW,
-            _FILTER_PARAMS, m.query_agent_memory),
+            "who was met, what was asked, decided or done, and where. " + _QUERY_HOW
+            + (" " + events_text if events_text else ""),
+            QueryAgentMemoryArgs, m.query_agent_memory),
         Skill(
             "compact_memory",
             "Consolidate memory: thin old camera keyframes, fold near-duplicate observations "

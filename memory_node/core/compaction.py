@@ -15,18 +15,22 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from memory_node.core.config import SENSOR_STREAMS
+from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
 from memory_node.core.errors import MemoryError_
 from memory_node.core.query import SaveRequest
-from memory_node.core.types import Observation
+from memory_node.core.store.sqlite_store import SqliteObservationStore
+from memory_node.core.types import Observation, Pose
 
-if TYPE_CHECKING:
-    from memory_node.core.engine import MemoryEngine
+# (model id, stream, row id) -> the row's vector, or None when it has none.
+VectorOf = Callable[[str | None, str, int | None], "np.ndarray | None"]
+# Store a summary as a note: (request, stream, t, pose).
+SaveSummary = Callable[[SaveRequest, str, float, "Pose | None"], Any]
 
 log = logging.getLogger("memory_node.compaction")
 
@@ -38,14 +42,24 @@ SUMMARY_PROMPT = (
 
 
 class Compactor:
-    def __init__(self, engine: MemoryEngine):
-        self.engine = engine
-        self.cfg = engine.config
-        self.store = engine.store
+    """One compaction run. It receives what it uses (store, configuration, clock, the index
+    catch-up, the vectors, the way to store a summary, the LLM settings) and never sees the
+    engine."""
+
+    def __init__(self, store: SqliteObservationStore, config: MemoryConfig, *,
+                 clock: Callable[[], float], sync: Callable[[], int], vector_of: VectorOf,
+                 save_summary: SaveSummary, llm_settings: Any = "env"):
+        self.store = store
+        self.cfg = config
+        self.clock = clock
+        self.sync = sync
+        self.vector_of = vector_of
+        self.save_summary = save_summary
+        self.llm_settings = llm_settings
 
     def run(self) -> dict[str, Any]:
-        now = self.engine.clock()
-        self.engine.sync()
+        now = self.clock()
+        self.sync()
         thinned = self.thin(now)
         folded = self.fold()
         # Rows are archived by now: whatever the summary step meets, the answer reports what
@@ -56,22 +70,20 @@ class Compactor:
             log.warning("summaries stopped: %s: %.200s", type(exc).__name__, exc)
             summaries = {"status": "error", "written": 0,
                          "message": f"the summary step failed: {type(exc).__name__}"}
-        self.engine.sync()
+        self.sync()
         log.info("compaction: %d keyframes thinned, %d near-duplicates folded, summaries %s",
                  thinned, folded, summaries["status"])
         return {"ok": True, "thinned": thinned, "folded": folded, "summaries": summaries,
                 "archived_total": self._archived_total()}
 
     def _archived_total(self) -> int:
-        with self.store._rlock:  # noqa: SLF001 - a read-only count on the store's connection
-            return int(self.store._r.execute("SELECT count(*) FROM archive").fetchone()[0])
+        return self.store.archived_count()
 
     # ---- 1. thinning ----------------------------------------------------------------------
     def thin(self, now: float) -> int:
         cutoff = now - self.cfg.retention_s
         streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
-        marks = ",".join("?" * len(streams))
-        rows = self.store.rows(f"stream IN ({marks}) AND t < ?", [*streams, cutoff])
+        rows = self.store.rows_of(streams, before_t=cutoff)
         cells: dict[tuple, list[Observation]] = defaultdict(list)
         for obs in rows:
             ct = math.floor(obs.t / self.cfg.thin_cell_s)
@@ -107,9 +119,7 @@ class Compactor:
     def fold(self) -> int:
         start = int(self.store.get_meta("fold_checked_id") or 0)
         streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
-        marks = ",".join("?" * len(streams))
-        rows = self.store.rows(f"stream IN ({marks}) AND id > ? AND model_id IS NOT NULL",
-                               [*streams, start])
+        rows = self.store.rows_of(streams, after_id=start, with_vectors=True)
         by_stream: dict[str, list[Observation]] = defaultdict(list)
         for obs in rows:
             by_stream[obs.stream].append(obs)
@@ -122,7 +132,7 @@ class Compactor:
             pending: list[Observation] = []
             for obs in members:
                 last_id = max(last_id, obs.id)
-                vec = self.engine.indexes.vector(obs.model_id, obs.stream, obs.id)
+                vec = self.vector_of(obs.model_id, obs.stream, obs.id)
                 if (anchor is not None and vec is not None and anchor_vec is not None
                         and obs.model_id == anchor.model_id
                         and obs.t - anchor.t <= self.cfg.fold_window_s
@@ -142,7 +152,7 @@ class Compactor:
     def summarise(self, now: float) -> dict[str, Any]:
         from memory_node.core.llm import ChatClient, LLMError, resolve_llm_settings
 
-        settings = self.engine._llm_settings  # noqa: SLF001
+        settings = self.llm_settings
         if settings == "env":
             settings = resolve_llm_settings()
         if settings is None:
@@ -150,7 +160,7 @@ class Compactor:
                     "message": "no LLM configured (set VLM_API_KEY or OPENAI_API_KEY)"}
         done = int(self.store.get_meta("summarised_note_id") or 0)
         cutoff = now - self.cfg.summary_age_s
-        notes = self.store.rows("stream = 'events' AND id > ? AND t < ?", [done, cutoff])
+        notes = self.store.rows_of(["events"], after_id=done, before_t=cutoff)
         if not notes:
             return {"status": "ok", "written": 0, "message": "no notes old enough"}
         by_day: dict[str, list[Observation]] = defaultdict(list)
@@ -184,9 +194,8 @@ class Compactor:
             tags = {"kind": "summary", "day": day, "notes": len(group),
                     "from_id": group[0].id, "to_id": last.id}
             try:
-                self.engine.save_note(SaveRequest(text=text[: self.cfg.max_note_bytes],
-                                                  tags=tags),
-                                      stream="summaries", t=last.t, pose=last.pose)
+                self.save_summary(SaveRequest(text=text[: self.cfg.max_note_bytes], tags=tags),
+                                  "summaries", last.t, last.pose)
             except MemoryError_ as exc:  # e.g. the notes file cannot be written
                 log.warning("summary of %s not stored: %s", day, exc.message)
                 return {"status": "error", "written": written,

@@ -13,19 +13,41 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from memory_node.core.compaction import Compactor
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
+from memory_node.core.contract import (
+    CompactAnswer,
+    ErrorAnswer,
+    SaveAnswer,
+    SaveNote,
+    SearchAnswer,
+    SearchQuery,
+    StreamInfo,
+    StreamsAnswer,
+    VisitsAnswer,
+    pose_out,
+    read_answer,
+    result_item,
+)
 from memory_node.core.errors import BadRequest, InternalError, MemoryError_, Unavailable
 from memory_node.core.index_manager import IndexManager
+from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
-from memory_node.core.query import SaveRequest, SearchRequest, parse_save, parse_search
+from memory_node.core.planner import QueryPlanner
+from memory_node.core.query import (
+    SaveRequest,
+    SearchPlan,
+    check_tag_names,
+    plan_search,
+    read_save,
+    read_search,
+)
 from memory_node.core.store.sqlite_store import SqliteObservationStore
-from memory_node.core.types import NO_POSE_DICT, Observation, Pose
-from memory_node.core.vectors import top_k
+from memory_node.core.types import Observation, Pose, RowFilter
 
 log = logging.getLogger("memory_node.engine")
 
@@ -47,16 +69,6 @@ Clock = Callable[[], float]
 PoseProvider = Callable[[], "Pose | None"]
 
 
-@dataclass
-class CameraFrame:
-    """A camera image to keep: BGR uint8, its stamp and the pose it was taken at."""
-
-    t: float
-    pose: Pose | None
-    image_bgr: np.ndarray
-    tags: dict[str, Any] = field(default_factory=dict)
-
-
 class _StreamNames:
     """The stream names a search may use; a miss refreshes the engine's cache once (another
     process may have written a new stream), so validation stays off the database."""
@@ -65,10 +77,10 @@ class _StreamNames:
         self.engine = engine
 
     def __contains__(self, name: object) -> bool:
-        if name in self.engine.known_streams():
-            return True
-        self.engine._streams_cache = None  # noqa: SLF001
-        return name in self.engine.known_streams()
+        return isinstance(name, str) and self.engine.has_stream(name)
+
+    def __len__(self) -> int:
+        return len(self.engine.known_streams())
 
     def __iter__(self):
         return iter(self.engine.known_streams())
@@ -84,7 +96,10 @@ def _origin(exc: BaseException) -> str:
     return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"
 
 
-def _dumps(obj: dict[str, Any]) -> str:
+def dumps(answer: Any) -> str:
+    """An answer (a model, or its dict) as the JSON text the services send (one line, UTF-8,
+    no NaN)."""
+    obj = answer if isinstance(answer, dict) else answer.model_dump()
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
 
 
@@ -118,7 +133,7 @@ class MemoryEngine:
         self._qcache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._qcache_lock = threading.Lock()
         self._compact_lock = threading.Lock()
-        self._blob_seq = 0
+        self._ingestor: Ingestor | None = None
         self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
@@ -214,8 +229,9 @@ class MemoryEngine:
                 self._qcache.popitem(last=False)
         return vec
 
-    # ---- JSON contract ------------------------------------------------------------------
-    def _answer(self, fn: Callable[[], dict[str, Any]], what: str) -> str:
+    # ---- JSON contract: the edge --------------------------------------------------------
+    def _guard(self, fn: Callable[[], Any], what: str) -> Any:
+        """Run one request: its typed answer with took_ms, or an ErrorAnswer; never raises."""
         t0 = time.perf_counter()
         try:
             if self.store is None:
@@ -224,28 +240,78 @@ class MemoryEngine:
         except MemoryError_ as exc:
             if not isinstance(exc, BadRequest):
                 log.warning("%s failed: %.300s", what, exc.message)
-            return _dumps(exc.to_response())
+            return ErrorAnswer.of(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a request never takes the node down
             # One line per failed request, whatever it sent (a traceback of a deep recursion
             # is hundreds of kilobytes); the traceback itself at debug level.
             log.error("%s failed unexpectedly: %s: %.200s (at %s)", what, type(exc).__name__,
                       exc, _origin(exc))
             log.debug("%s: traceback", what, exc_info=True)
-            return _dumps(InternalError(f"{what} failed: {type(exc).__name__}").to_response())
-        out["took_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-        return _dumps(out)
+            return ErrorAnswer.of(InternalError.code, f"{what} failed: {type(exc).__name__}")
+        took = round((time.perf_counter() - t0) * 1000, 3)
+        if isinstance(out, dict):
+            out["took_ms"] = took
+        else:
+            out.took_ms = took
+        return out
 
+    # Typed calls that never raise (the in-process client's path: no JSON on the way). An
+    # engine subclass that still answers through the dict methods (the fleet engine) is
+    # served through them, so its answers stay its own.
+    def _overrides(self, name: str) -> bool:
+        return getattr(type(self), name) is not getattr(MemoryEngine, name)
+
+    def answer_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        if self._overrides("search_dict"):
+            return read_answer(self.search(query.to_json()), SearchAnswer)
+        return self._guard(lambda: self.run_query(query), "search")
+
+    def answer_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+        if self._overrides("save_dict"):
+            return read_answer(self.save(note.to_json()), SaveAnswer)
+        return self._guard(lambda: self.remember(note), "save")
+
+    def answer_compact(self) -> CompactAnswer | ErrorAnswer:
+        if self._overrides("compact_dict"):
+            return read_answer(self.compact(), CompactAnswer)
+        return self._guard(self.run_compaction, "compact")
+
+    def answer_streams(self) -> StreamsAnswer | ErrorAnswer:
+        if self._overrides("streams_dict"):
+            return read_answer(self.streams(), StreamsAnswer)
+        return self._guard(self.list_streams, "streams")
+
+    # The JSON strings of DESIGN.md (the ROS server's and ROS clients' path).
     def search(self, query: str) -> str:
-        return self._answer(lambda: self.search_dict(query), "search")
+        return dumps(self._guard(lambda: self.search_dict(query), "search"))
 
     def save(self, note: str) -> str:
-        return self._answer(lambda: self.save_dict(note), "save")
+        return dumps(self._guard(lambda: self.save_dict(note), "save"))
 
     def compact(self) -> str:
-        return self._answer(self.compact_dict, "compact")
+        return dumps(self._guard(self.compact_dict, "compact"))
 
     def streams(self) -> str:
-        return self._answer(self.streams_dict, "streams")
+        return dumps(self._guard(self.streams_dict, "streams"))
+
+    # The answers as dicts (raise MemoryError_ on failure): the JSON shape without the text.
+    def search_dict(self, query: str) -> dict[str, Any]:
+        return self.run_query(self.read_search(query)).model_dump()
+
+    def save_dict(self, note: str) -> dict[str, Any]:
+        return self.remember(self.read_save(note)).model_dump()
+
+    def compact_dict(self) -> dict[str, Any]:
+        return self.run_compaction().model_dump()
+
+    def streams_dict(self) -> dict[str, Any]:
+        return self.list_streams().model_dump()
+
+    def read_search(self, query: str) -> SearchQuery:
+        return read_search(query, max_bytes=self.config.max_query_bytes)
+
+    def read_save(self, note: str) -> SaveNote:
+        return read_save(note, max_bytes=self.config.max_note_bytes)
 
     # ---- search ---------------------------------------------------------------------------
     def known_streams(self) -> set[str]:
@@ -255,12 +321,37 @@ class MemoryEngine:
             self._streams_cache = set(self.config.streams) | self.store.stream_names()
         return self._streams_cache
 
-    def parse_search(self, query: str) -> SearchRequest:
+    def has_stream(self, name: str) -> bool:
+        """Whether `name` is a stream; a miss refreshes the cache once (another process may
+        have written a new stream)."""
+        if name in self.known_streams():
+            return True
+        self._streams_cache = None
+        return name in self.known_streams()
+
+    # Contract fields whose feature this engine does not have yet: refused, never ignored.
+    UNSUPPORTED_SEARCH = {
+        "near": "named places", "seen_near": "view-cone search",
+        "include_archived": "searching archived rows", "visits": "visits",
+        "robot": "robot ids (a fleet store)", "map": "maps (a fleet store)",
+    }
+
+    def plan(self, query: SearchQuery) -> SearchPlan:
+        """Resolve a search against the clock, the streams, the tags and the current pose."""
+        for name, feature in self.UNSUPPORTED_SEARCH.items():
+            value = getattr(query, name)
+            if value is not None and value is not False:
+                raise BadRequest(f"'{name}' is not supported yet by this memory ({feature})")
         cfg = self.config
-        req = parse_search(query, now=self.clock(), known_streams=_StreamNames(self),
-                           k_default=cfg.k_default, k_max=cfg.k_max,
-                           max_bytes=cfg.max_query_bytes)
-        if req.near_here:
+        plan = plan_search(query, now=self.clock(), known_streams=_StreamNames(self),
+                           k_default=cfg.k_default, k_max=cfg.k_max)
+        if plan.tags or plan.order_by not in ("score", "time", "-time"):
+            # A store without a tag catalogue (the fleet store) leaves tag names unchecked.
+            catalogue_of = getattr(self.store, "tag_catalogue", None)
+            catalogue = catalogue_of() if catalogue_of is not None else None
+            if catalogue is not None:
+                check_tag_names(plan, catalogue, self.store.has_tag)
+        if plan.near_here:
             pose = self.pose_provider()
             if pose is None:
                 raise Unavailable("near_here: the robot's current pose is unknown (no TF "
@@ -268,153 +359,37 @@ class MemoryEngine:
             if pose.stale:
                 raise Unavailable(f"near_here: the robot's newest pose is {pose.age_s:.2f} s old "
                                   "(older than max_pose_age_s): TF is not arriving or lags")
-            req.near = (pose.x, pose.y)
-        return req
+            plan.near = (pose.x, pose.y)
+        return plan
 
-    def search_dict(self, query: str) -> dict[str, Any]:
-        req = self.parse_search(query)
-        pairs, notes = self.run_search(req)
-        results = [obs.to_result(score) for obs, score in pairs]
-        out: dict[str, Any] = {"ok": True, "results": results, "count": len(results)}
-        if req.k_capped:
+    def parse_search(self, query: str) -> SearchPlan:
+        """A payload straight to a plan (benchmarks time the two halves apart)."""
+        return self.plan(self.read_search(query))
+
+    def run_query(self, query: SearchQuery) -> SearchAnswer:
+        plan = self.plan(query)
+        pairs, notes = self.run_search(plan)
+        results = [result_item(obs, score) for obs, score in pairs]
+        if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
-        if notes:
-            out["notes"] = notes
-        return out
+        return SearchAnswer(results=results, count=len(results), notes=notes or None)
 
-    def run_search(self, req: SearchRequest) -> tuple[list[tuple[Observation, float | None]],
-                                                      list[str]]:
-        """The planner: filters first, then ranking, exact for every filtered query."""
-        self.sync()
-        notes: list[str] = []
-        if req.empty_window:
-            return [], ["the time window is empty (its start is after its end)"]
-        if not req.semantic_query:
-            return [(o, None) for o in self.store.ordered(req, req.k)], notes
-
-        keys = self.indexes.keys_for(req.streams)
-        if not keys:
-            notes.append("no embedded rows in the requested stream(s): semantic_query ignored,"
-                         " newest first")
-            req_time = SearchRequest(**{**req.__dict__, "order_by": "-time"})
-            return [(o, None) for o in self.store.ordered(req_time, req.k)], notes
-        qvecs = {m: self.query_vector(m, req.semantic_query) for m in {k[0] for k in keys}}
-
-        if req.order_by != "score":
-            return self._ordered_with_scores(req, qvecs), notes
-
-        scored_ids: list[np.ndarray] = []
-        scored_vals: list[np.ndarray] = []
-        unscored: list[int] = []
-        if req.has_filters and not req.tags:
-            # Time and place filters run in memory, over each index's (t, x, y) columns:
-            # the same comparisons as SQL, without a round trip.
-            matched = 0
-            for key in keys:
-                qv = qvecs.get(key[0])
-                if qv is None:
-                    continue
-                twin = self.indexes.get(key).exact_twin
-                pos = twin.filter_positions(req.t_min, req.t_max, req.near, req.radius)
-                matched += len(pos)
-                if len(pos):
-                    i, s = twin.search_positions(qv, req.k, pos)
-                    scored_ids.append(i)
-                    scored_vals.append(s)
-            if matched < req.k:  # too few embedded matches: rows without vectors fill in
-                have = set(np.concatenate(scored_ids).tolist()) if scored_ids else set()
-                unscored = [i for i in self.store.candidates(req).ids.tolist()
-                            if i not in have]
-        elif req.has_filters:
-            cand = self.store.candidates(req)
-            groups: dict[tuple[str, str], list[int]] = {}
-            for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids):
-                if model_id is not None and qvecs.get(model_id) is not None:
-                    groups.setdefault((model_id, stream), []).append(oid)
-                else:
-                    unscored.append(oid)
-            for key, ids in groups.items():
-                idx = self.indexes.get(key)
-                if idx is None:
-                    unscored.extend(ids)
-                    continue
-                arr = np.asarray(ids, np.int64)
-                i, s = idx.search(qvecs[key[0]], req.k, candidates=arr)
-                scored_ids.append(i)
-                scored_vals.append(s)
-                if len(i) < min(req.k, len(arr)):  # rows whose vectors are not indexed yet
-                    unscored.extend(np.setdiff1d(arr, self.indexes.ids_of(key)).tolist())
-        else:
-            for key in keys:
-                qv = qvecs.get(key[0])
-                if qv is None:
-                    continue
-                i, s = self.indexes.get(key).search(qv, req.k)
-                scored_ids.append(i)
-                scored_vals.append(s)
-        ids = np.concatenate(scored_ids) if scored_ids else np.empty(0, np.int64)
-        vals = np.concatenate(scored_vals) if scored_vals else np.empty(0, np.float32)
-        if req.min_score is not None:
-            keep = vals >= req.min_score
-            ids, vals = ids[keep], vals[keep]
-        ids, vals = top_k(ids, vals, req.k)
-        rows = self.store.get(ids.tolist())
-        out: list[tuple[Observation, float | None]] = [
-            (rows[i], float(s)) for i, s in zip(ids.tolist(), vals.tolist()) if i in rows
-        ]
-        missing = req.k - len(out)
-        if missing > 0 and req.min_score is None:
-            if not req.has_filters:
-                fill = self.store.ordered(
-                    SearchRequest(**{**req.__dict__, "order_by": "-time"}), req.k + len(out))
-                have = {o.id for o, _ in out}
-                fill = [o for o in fill if o.id not in have
-                        and not self.indexes.contains(o.model_id, o.stream, o.id)]
-            else:
-                fill_rows = self.store.get(unscored)
-                fill = sorted(fill_rows.values(), key=lambda o: (o.t, o.id), reverse=True)
-            out.extend((o, None) for o in fill[:missing])
-        return out, notes
-
-    def _ordered_with_scores(self, req: SearchRequest, qvecs: dict[str, np.ndarray | None]
-                             ) -> list[tuple[Observation, float | None]]:
-        """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
-        cand = self.store.candidates(req)
-        rows = self.store.get(cand.ids.tolist())
-        scored: list[tuple[Observation, float | None]] = []
-        for obs in rows.values():
-            score = None
-            vec = self.indexes.vector(obs.model_id, obs.stream, obs.id)
-            qv = qvecs.get(obs.model_id) if obs.model_id else None
-            if vec is not None and qv is not None:
-                score = float(vec @ qv)
-            if req.min_score is not None and (score is None or score < req.min_score):
-                continue
-            scored.append((obs, score))
-        key = req.order_by
-        if key in ("time", "-time"):
-            scored.sort(key=lambda p: (p[0].t, p[0].id), reverse=key == "-time")
-        else:
-            tag = key.lstrip("-")
-            desc = key.startswith("-")
-
-            def tag_key(p: tuple[Observation, float | None]) -> tuple:
-                v = p[0].tags.get(tag)
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-                return (0 if ok else 1, (-v if desc else v) if ok else 0, -p[0].t, -p[0].id)
-
-            scored.sort(key=tag_key)
-        return scored[: req.k]
+    def run_search(self, req: SearchPlan) -> tuple[list[tuple[Observation, float | None]],
+                                                  list[str]]:
+        """A resolved plan's rows and scores (the planner), and notes for the answer."""
+        return QueryPlanner(self.store, self.indexes, self.query_vector, self.sync).run(req)
 
     # ---- save -----------------------------------------------------------------------------
-    def save_dict(self, note: str) -> dict[str, Any]:
-        req = parse_save(note, max_bytes=self.config.max_note_bytes)
-        return self.save_note(req)
+    def remember(self, note: SaveNote) -> SaveAnswer:
+        """`save`: a note stamped with the current pose and time (or a place name)."""
+        if note.place is not None:
+            raise BadRequest("'place' is not supported yet by this memory (named places)")
+        return self.save_note(SaveRequest(text=note.text, tags=dict(note.tags or {})))
 
     def save_note(self, req: SaveRequest, stream: str = "events",
-                  t: float | None = None, pose: Pose | None | str = "current") -> dict[str, Any]:
+                  t: float | None = None, pose: Pose | None | str = "current") -> SaveAnswer:
         now = self.clock() if t is None else t
-        if pose == "current":
+        if isinstance(pose, str):  # "current"
             pose = self.pose_provider()
         vec: np.ndarray | None = None
         try:
@@ -444,8 +419,7 @@ class MemoryEngine:
         except Exception:  # noqa: BLE001 - in Markdown already; the next start indexes it
             log.exception("note %s is in %s but could not be added to memory.db", entry.key,
                           entry.file)
-            return {"ok": True, "id": None, "t": now,
-                    "pose": pose.to_dict() if pose else dict(NO_POSE_DICT), "indexed": False}
+            return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=False)
         indexed = vec is not None
         if indexed:
             try:
@@ -453,17 +427,16 @@ class MemoryEngine:
             except Exception:  # noqa: BLE001
                 log.exception("note %d stored but the index could not be updated", oid)
                 indexed = False
-        return {"ok": True, "id": oid, "t": now,
-                "pose": pose.to_dict() if pose else dict(NO_POSE_DICT), "indexed": indexed}
+        return SaveAnswer(id=oid, t=now, pose=pose_out(pose), indexed=indexed)
 
     def _fold_note(self, req: SaveRequest, vec: np.ndarray, now: float,
-                   pose: Pose | None) -> dict[str, Any] | None:
+                   pose: Pose | None) -> SaveAnswer | None:
         """A note that repeats a recent one (same meaning, same place) is folded into it."""
         cfg = self.config
-        probe = SearchRequest(streams=("events",), t_min=now - cfg.note_fold_window_s,
-                              t_max=now + 1e-6, k=1)
-        if pose is not None:
-            probe.near, probe.radius = (pose.x, pose.y), cfg.note_fold_radius_m
+        probe = RowFilter(streams=("events",), t_min=now - cfg.note_fold_window_s,
+                          t_max=now + 1e-6,
+                          near=None if pose is None else (pose.x, pose.y),
+                          radius=cfg.note_fold_radius_m)
         self.sync()
         key = (self.text_model_id, "events")
         idx = self.indexes.get(key)
@@ -486,21 +459,22 @@ class MemoryEngine:
         tags["last_t"] = now
         self.store.update_tags(prior.id, tags)
         log.info("note folded into #%d (similarity %.3f): %.60s", prior.id, scores[0], req.text)
-        return {"ok": True, "id": prior.id, "t": prior.t,
-                "pose": prior.pose.to_dict() if prior.pose else dict(NO_POSE_DICT),
-                "indexed": True, "folded": True}
+        return SaveAnswer(id=prior.id, t=prior.t, pose=pose_out(prior.pose), indexed=True,
+                          folded=True)
 
     # ---- streams / compact ------------------------------------------------------------------
-    def streams_dict(self) -> dict[str, Any]:
-        return {"ok": True, "streams": self.store.stream_stats()}
+    def list_streams(self) -> StreamsAnswer:
+        return StreamsAnswer(streams=[StreamInfo(**e) for e in self.store.stream_stats()])
 
-    def compact_dict(self) -> dict[str, Any]:
-        from memory_node.core.compaction import Compactor
-
+    def run_compaction(self) -> CompactAnswer:
         if not self._compact_lock.acquire(blocking=False):
             raise Unavailable("a compaction is already running")
         try:
-            return Compactor(self).run()
+            compactor = Compactor(
+                self.store, self.config, clock=self.clock, sync=self.sync,
+                vector_of=self.indexes.vector, llm_settings=self._llm_settings,
+                save_summary=lambda req, stream, t, pose: self.save_note(req, stream, t, pose))
+            return CompactAnswer.model_validate(compactor.run())
         finally:
             self._compact_lock.release()
 
@@ -509,73 +483,34 @@ class MemoryEngine:
         """Catch up with rows other threads or processes added; returns vectors applied."""
         return self.indexes.sync()
 
-    def _blob_ref(self, stream: str, t: float, ext: str) -> str:
-        self._blob_seq += 1
-        return f"blobs/{stream}/{int(t * 1000)}_{self._blob_seq:04d}.{ext}"
+    @property
+    def ingestor(self) -> Ingestor:
+        if self._ingestor is None:
+            self._ingestor = Ingestor(
+                self.store, self.config.root, embed_texts=self._embed_texts,
+                text_model_id=lambda: self.text_model_id,
+                image_embedder=lambda: self._image_embedder,
+                describer=lambda: self.describer, sync=self.sync)
+        return self._ingestor
 
     def write_blob(self, stream: str, t: float, data: bytes, ext: str) -> str:
-        ref = self._blob_ref(stream, t, ext)
-        path = self.config.root / ref
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-        return ref
+        return self.ingestor.write_blob(stream, t, data, ext)
 
     def add_observation(self, stream: str, t: float, pose: Pose | None,
                         tags: dict[str, Any] | None = None, text: str = "",
                         blob: bytes | None = None, blob_ext: str = "bin",
                         embed: bool = True) -> int:
         """Store one observation; its text (if any) is embedded with the text model."""
-        ref = self.write_blob(stream, t, blob, blob_ext) if blob is not None else None
-        vec = self._embed_texts([text])[0] if (text and embed) else None
-        obs = Observation(stream=stream, t=t, pose=pose, tags=dict(tags or {}), text=text,
-                          ref=ref, model_id=self.text_model_id if vec is not None else None)
-        [oid] = self.store.insert([obs], [vec])
-        if vec is not None:
-            self.sync()
-        return oid
+        return self.ingestor.add_observation(stream, t, pose, tags, text, blob, blob_ext, embed)
 
     def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
                           jpeg_quality: int = 80) -> list[int]:
         """Describe, encode and embed a batch of frames; one transaction for the batch."""
-        import cv2
-
-        if not frames:
-            return []
-        descs = [self.describer.describe(f.image_bgr) for f in frames]
-        rows, refs = [], []
-        for f, d in zip(frames, descs):
-            ok, buf = cv2.imencode(".jpg", f.image_bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
-            if not ok:
-                raise ValueError("JPEG encoding of a camera frame failed")
-            refs.append(self.write_blob(stream, f.t, buf.tobytes(), "jpg"))
-        if self._image_embedder is not None:
-            vecs = np.asarray(self._image_embedder.embed_images([f.image_bgr for f in frames]),
-                              np.float32)
-            model_id = self._image_embedder.model_id
-        else:
-            vecs = self._embed_texts([d.text for d in descs])
-            model_id = self.text_model_id
-        for f, d, ref in zip(frames, descs, refs):
-            tags = {**d.tags, **f.tags}
-            rows.append(Observation(stream=stream, t=f.t, pose=f.pose, tags=tags, text=d.text,
-                                    ref=ref, model_id=model_id))
-        ids = self.store.insert(rows, list(vecs))
-        self.sync()
-        return ids
+        return self.ingestor.add_camera_frames(frames, stream, jpeg_quality)
 
     def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,
                        stream: str = "lidar", tags: dict[str, Any] | None = None) -> int:
-        pts = np.asarray(points, np.float32).reshape(-1, 3)
-        import io
-
-        buf = io.BytesIO()
-        np.save(buf, pts)
-        ranges = np.linalg.norm(pts[:, :2], axis=1) if len(pts) else np.zeros(1)
-        info = {"points": int(len(pts)), "max_range": round(float(ranges.max()), 3),
-                "mean_range": round(float(ranges.mean()), 3), **(tags or {})}
-        return self.add_observation(stream, t, pose, info, "", buf.getvalue(), "npy")
+        return self.ingestor.add_lidar_scan(t, pose, points, stream, tags)
 
     # ---- start-up work ----------------------------------------------------------------------
     def _ingest_note_files(self) -> int:

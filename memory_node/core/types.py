@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,16 +57,6 @@ class Pose:
         return math.hypot(self.x - x, self.y - y)
 
 
-NO_POSE_DICT: dict[str, Any] = {
-    "x": None,
-    "y": None,
-    "z": None,
-    "yaw": None,
-    "frame": None,
-    "source": "none",
-}
-
-
 @dataclass
 class Observation:
     """One stored observation: a row of `observations` in memory.db."""
@@ -81,15 +72,31 @@ class Observation:
     note_key: str | None = None  # identity of a note's Markdown entry
 
     def to_result(self, score: float | None = None) -> dict[str, Any]:
-        """The JSON shape of one search result (DESIGN.md)."""
-        out: dict[str, Any] = {
-            "id": self.id,
-            "stream": self.stream,
-            "t": self.t,
-            "pose": self.pose.to_dict() if self.pose else dict(NO_POSE_DICT),
-            "score": None if score is None else round(float(score), 6),
-            "tags": self.tags,
-            "text": self.text,
-            "ref": self.ref,
-        }
-        return out
+        """The JSON shape of one search result (contract.ResultItem)."""
+        from memory_node.core.contract import result_item
+
+        return result_item(self, score).model_dump()
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """What a store filters rows by: the part of a search every store implements the same way.
+
+    Times are absolute seconds; `near` is a centre (x, y) in the world frame with `radius`."""
+
+    streams: tuple[str, ...] | None = None
+    near: tuple[float, float] | None = None
+    radius: float = 2.0
+    t_min: float | None = None
+    t_max: float | None = None
+    tags: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_filters(self) -> bool:
+        """True when anything beyond the stream restricts the rows."""
+        return bool(self.near is not None or self.t_min is not None or self.t_max is not None
+                    or self.tags)
+
+    @property
+    def empty_window(self) -> bool:
+        return self.t_min is not None and self.t_max is not None and self.t_min > self.t_max

@@ -50,10 +50,10 @@ def seed(engine: MemoryEngine, now: float) -> dict[str, int]:
     engine.add_lidar_scan(now - 200, Pose(1.0, -0.5), [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
     ids["bob"] = int(engine.save_note(
         SaveRequest("Met Bob at the front door; he asked for a glass of water."),
-        t=now - 120, pose=Pose(1.0, -0.3, yaw=0.0))["id"])
+        t=now - 120, pose=Pose(1.0, -0.3, yaw=0.0)).id)
     ids["kitchen"] = int(engine.save_note(
         SaveRequest("The kitchen is at the end of the hall."),
-        t=now - 60, pose=Pose(5.5, 4.2, yaw=3.1416))["id"])
+        t=now - 60, pose=Pose(5.5, 4.2, yaw=3.1416)).id)
     return ids
 
 

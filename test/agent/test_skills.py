@@ -75,14 +75,21 @@ def test_the_skill_list_and_its_schemas(mem):
     by = {s.name: s for s in skills}
     q = by["query_memory"].parameters
     assert q["required"] == ["stream"] and q["additionalProperties"] is False
-    assert list(q["properties"]) == ["stream", "semantic_query", "near_x", "near_y", "radius",
-                                     "after_seconds_ago", "k"]
-    assert q["properties"]["radius"] == {
-        "type": "number", "description": q["properties"]["radius"]["description"],
-        "default": 2.0, "exclusiveMinimum": 0}
-    assert q["properties"]["k"]["type"] == "integer" and q["properties"]["k"]["default"] == 5
+    # The whole search contract a model needs: place, time both ways, tags, order, count.
+    assert list(q["properties"]) == [
+        "stream", "semantic_query", "near_x", "near_y", "radius", "after_seconds_ago",
+        "before_seconds_ago", "after", "before", "tags", "order_by", "k"]
+    props = q["properties"]
+    assert props["radius"]["type"] == "number" and props["radius"]["exclusiveMinimum"] == 0
+    assert props["k"]["type"] == "integer" and props["k"]["default"] == 5
+    assert props["k"]["minimum"] == 1
+    assert props["tags"]["type"] == "object"
+    assert props["after"]["anyOf"] == [{"type": "number"}, {"type": "string"}]
+    assert "-brightness" in props["order_by"]["description"]
+    assert all(p["description"] for p in props.values())
     agent_q = by["query_agent_memory"].parameters
     assert agent_q["required"] == [] and "stream" not in agent_q["properties"]
+    assert list(agent_q["properties"]) == list(props)[1:]
     assert by["remember"].parameters["required"] == ["note"]
     for name in ("list_memory_streams", "compact_memory", "where_am_i"):
         assert by[name].parameters["properties"] == {}
@@ -97,6 +104,34 @@ def test_query_memory_description_carries_the_live_streams(fresh):
     assert "odom" not in desc.split("Streams now:")[1]  # nothing recorded there
     fresh.run("remember", note="Alice waved from the sofa.")
     assert "- events: 3 observations" in fresh.skills()["query_memory"].description
+
+
+def test_descriptions_name_the_numeric_tags_each_stream_can_be_ordered_by(fresh):
+    lines = fresh.skills()["query_memory"].description.splitlines()
+    camera = next(line for line in lines if line.startswith("- camera:"))
+    assert camera.endswith("order_by tags: brightness")  # not colors or person: not numbers
+    lidar = next(line for line in lines if line.startswith("- lidar:"))
+    assert lidar.endswith("order_by tags: max_range, mean_range, points")
+    assert "order_by tags" not in next(line for line in lines if line.startswith("- events:"))
+    assert "Numeric tags of the notes" not in fresh.skills()["query_agent_memory"].description
+    fresh.engine.save('{"note": "Fed the cat twice.", "tags": {"portions": 2}}')
+    assert "Numeric tags of the notes (for order_by): portions." in \
+        fresh.skills()["query_agent_memory"].description
+
+
+def test_brightest_is_asked_exactly_with_order_by(mem):
+    """'Where was it brightest?': a tag order, not a guess by meaning."""
+    brightest = mem.run("query_memory", stream="camera", order_by="-brightness", k=1).text
+    assert ids_in(brightest) == [mem.ids["door"]]
+    darkest = mem.run("query_memory", stream="camera", order_by="brightness", k=1).text
+    assert ids_in(darkest) == [mem.ids["hall"]]
+    people = mem.run("query_memory", stream="camera", tags={"person": True}).text
+    assert ids_in(people) == [mem.ids["door"]]
+    older = mem.run("query_memory", stream="camera", before_seconds_ago=3600).text
+    assert ids_in(older) == [mem.ids["hall"]]
+    window = mem.run("query_memory", stream="camera", after=NOW - 4 * 3600,
+                     before="2025-11-29T23:00:00Z").text  # NOW is 2025-11-30T00:00Z
+    assert ids_in(window) == [mem.ids["hall"]]
 
 
 def test_description_falls_back_to_configured_streams_when_memory_is_down(tmp_path):
@@ -169,16 +204,28 @@ def test_query_agent_memory_searches_notes_only(mem):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"stream": "kitchen"}, "unknown stream 'kitchen'; known streams: camera, events, lidar, "
-                            "odom, summaries (bad_request)"),
-    ({"stream": "camera", "radius": -1.0}, "'radius' must be > 0, got -1.0 (bad_request)"),
+    ({"stream": "kitchen"}, "unknown stream 'kitchen'. Valid: camera, events, lidar, odom, "
+                            "summaries. (bad_request)"),
+    ({"stream": "camra"}, "unknown stream 'camra'; did you mean 'camera'?"),
+    ({"stream": "camera", "radius": -1.0, "near_x": 0, "near_y": 0},
+     "'radius' must be > 0, got -1.0 (bad_request)"),
+    ({"stream": "camera", "radius": 3.0}, "'radius' needs a centre: give near_x and near_y"),
     ({"stream": "camera", "near_x": 1.0}, "'near_x' and 'near_y' must be given together"),
     ({"stream": "camera", "k": 0}, "'k' must be a positive integer, got 0 (bad_request)"),
     ({"stream": "camera", "after_seconds_ago": -5}, "'after_seconds_ago' must be >= 0"),
-    ({"stream": "camera", "radius": "far"}, "'radius' must be a number, got 'far'"),
-    ({"stream": "camera", "k": 2.5}, "'k' must be an integer, got 2.5"),
-    ({"stream": "camera", "colour": "red"}, "unknown argument(s) colour; query_memory takes "
-                                            "stream, semantic_query, near_x"),
+    ({"stream": "camera", "radius": "far"}, "'radius' must be a number, got a string"),
+    ({"stream": "camera", "k": 2.5}, "'k' must be a positive integer, got a number"),
+    ({"stream": "camera", "colour": "red"}, "unknown argument 'colour' of query_memory."),
+    ({"stream": "camera", "semantic_querry": "door"},
+     "unknown argument 'semantic_querry' of query_memory; did you mean 'semantic_query'? "
+     "Valid: stream, semantic_query, near_x, near_y, radius, after_seconds_ago"),
+    ({"stream": "camera", "order_by": "-brightnes"},
+     "unknown order_by '-brightnes' in camera; did you mean '-brightness'? Valid: score, "
+     "time, -time, or a numeric tag with or without '-': brightness. (bad_request)"),
+    ({"stream": "camera", "tags": {"persn": True}},
+     "unknown tag 'persn' in camera; did you mean 'person'? Valid: brightness, colors, "
+     "person. (bad_request)"),
+    ({"stream": "camera", "order_by": "colors"}, "tag 'colors' holds no numbers in camera"),
     ({}, "missing argument 'stream'"),
     ({"stream": " "}, "'stream' must name a stream; call list_memory_streams()"),
 ])

@@ -55,7 +55,11 @@ def test_k_above_the_cap_is_capped_not_refused():
     [
         ("", "empty search query"),
         ("{not json", "malformed JSON"),
-        ("[1, 2]", None),  # not starting with '{': a plain text query, accepted
+        ("[1, 2]", "is a JSON list"),  # JSON, but not a search: refused, not searched for
+        ("42", "is a JSON number"),
+        ("null", "is JSON null"),
+        ("[kitchen] door", None),  # not JSON: words
+        ('"red door"', None),  # a JSON string is its text
         ('{"radius": NaN, "near_x": 0, "near_y": 0}', "NaN"),
         ('{"near_x": Infinity, "near_y": 0}', "Infinity"),
         ('{"near_x": 1e999, "near_y": 0}', "finite"),
@@ -75,14 +79,18 @@ def test_k_above_the_cap_is_capped_not_refused():
         ('{"tags": {"bad key": 1}}', "tag name"),
         ('{"tags": {"b": {"between": 1}}}', "takes only"),
         ('{"tags": [1]}', "'tags' must be an object"),
-        ('{"semantic_quary": "typo"}', "unknown field(s) semantic_quary"),
+        ('{"semantic_quary": "typo"}',
+         "unknown field 'semantic_quary' in the search query; did you mean 'semantic_query'?"),
+        ('{"radius": 3}', "'radius' needs a centre"),
+        ('{"stream": "camra"}', "did you mean 'camera'?"),
+        ('{"near": "kitchen", "near_x": 0, "near_y": 0}', "one centre"),
         ('{"near_here": "yes"}', "true or false"),
         ('{"near_here": true, "near_x": 0, "near_y": 0}', "not both"),
     ],
 )
 def test_malformed_searches_name_what_is_wrong(raw, fragment):
     if fragment is None:
-        assert search(raw).semantic_query == raw
+        assert search(raw).semantic_query == raw.strip('"')
         return
     with pytest.raises(BadRequest) as err:
         search(raw)
@@ -90,7 +98,7 @@ def test_malformed_searches_name_what_is_wrong(raw, fragment):
 
 
 def test_huge_query_is_refused():
-    with pytest.raises(BadRequest, match="larger than"):
+    with pytest.raises(BadRequest, match="70000 bytes; the limit is 65536 bytes"):
         search("x" * 70000)
 
 
@@ -107,7 +115,10 @@ def test_save_plain_and_json():
         ("   ", "empty note"),
         ('{"note": 5}', "'note' must be a string"),
         ('{"note": "x", "tags": {"t": NaN}}', "NaN"),
-        ('{"note": "x", "color": "red"}', "unknown field(s) color"),
+        ('{"note": "x", "color": "red"}', "unknown field 'color' in the note"),
+        ('{"note": "x", "radius": 2}', "'radius' goes with 'place'"),
+        ('{"note": "x", "place": "kitchen"}', "not both"),
+        ("[\"a note\"]", "is a JSON list"),
         ('{"note": "x"', "malformed JSON"),
         ("a\x00b", "NUL"),
     ],

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory_node.core.query import SearchRequest
-from memory_node.core.types import Observation
+from memory_node.core.types import Observation, RowFilter
 
 
 @dataclass
@@ -49,12 +48,13 @@ class ObservationStore(ABC):
     def get(self, ids: Sequence[int]) -> dict[int, Observation]: ...
 
     @abstractmethod
-    def candidates(self, req: SearchRequest) -> Candidates:
-        """Every row passing the stream, spatial, temporal and tag filters of `req`."""
+    def candidates(self, where: RowFilter) -> Candidates:
+        """Every row passing the stream, spatial, temporal and tag filters of `where`."""
 
     @abstractmethod
-    def ordered(self, req: SearchRequest, limit: int) -> list[Observation]:
-        """Rows passing the filters, ordered by `req.order_by` (time or a numeric tag)."""
+    def ordered(self, where: RowFilter, order_by: str, limit: int) -> list[Observation]:
+        """Rows passing the filters, ordered by `order_by`: 'time', '-time' (also for
+        'score'), or a numeric tag ('-brightness': highest first; rows without it last)."""
 
     @abstractmethod
     def vector_changes(self, after_seq: int) -> Iterator[VectorChange]:
@@ -73,6 +73,15 @@ class ObservationStore(ABC):
 
     @abstractmethod
     def stream_stats(self) -> list[dict]: ...
+
+    def tag_catalogue(self) -> dict[str, dict[str, bool]] | None:
+        """stream -> {tag name: whether it ever holds a number}, for checking and suggesting
+        tag names; None when the store does not keep one (then names are not checked)."""
+        return None
+
+    def has_tag(self, streams: Sequence[str] | None, tag: str) -> bool:
+        """Whether any row (of `streams`, or any) carries `tag`: the catalogue's double check."""
+        return True
 
     @abstractmethod
     def close(self) -> None: ...

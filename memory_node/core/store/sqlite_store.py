@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from memory_node.core.query import SearchRequest
 from memory_node.core.store.base import Candidates, ObservationStore, VectorChange
-from memory_node.core.types import Observation, Pose
+from memory_node.core.types import Observation, Pose, RowFilter
 
 SCHEMA_VERSION = "2"
 
@@ -72,6 +71,21 @@ CREATE TABLE IF NOT EXISTS archive (
     kept_id INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tag_keys (
+    stream TEXT NOT NULL,
+    key TEXT NOT NULL,
+    numeric INTEGER NOT NULL,
+    PRIMARY KEY (stream, key, numeric)
+);
+"""
+
+# tag_keys: which tags each stream's rows carry (and whether as numbers), kept in the same
+# transaction as the rows, so a search can check a tag name without scanning the rows. A
+# catalogue filled from the rows once when an older memory.db first opens (meta flag below).
+_TAG_KEYS_BACKFILL = """
+INSERT OR IGNORE INTO tag_keys(stream, key, numeric)
+SELECT DISTINCT o.stream, j.key, j.type IN ('integer', 'real')
+FROM observations o, json_each(o.tags) j
 """
 
 
@@ -102,6 +116,12 @@ class SqliteObservationStore(ObservationStore):
                 "INSERT OR IGNORE INTO meta(key, value) VALUES ('db_uuid', ?)",
                 (uuid.uuid4().hex,),
             )
+            if self._w.execute("SELECT 1 FROM meta WHERE key='tag_keys'").fetchone() is None:
+                self._w.execute("BEGIN IMMEDIATE")
+                self._w.execute(_TAG_KEYS_BACKFILL)
+                self._w.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('tag_keys', '1')")
+                self._w.execute("COMMIT")
+        self._tag_keys_seen: set[tuple[str, str, bool]] = set()
         self._r = self._connect(timeout_s)
 
     def _migrate(self) -> None:
@@ -182,6 +202,7 @@ class SqliteObservationStore(ObservationStore):
                         self._w.execute(
                             "INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')", (oid,)
                         )
+                    self._note_tag_keys(obs.stream, obs.tags)
                 self._w.execute("COMMIT")
             except BaseException:
                 self._w.execute("ROLLBACK")
@@ -207,10 +228,34 @@ class SqliteObservationStore(ObservationStore):
                 self._w.execute("ROLLBACK")
                 raise
 
+    def _note_tag_keys(self, stream: str, tags: dict[str, Any]) -> None:
+        """Record the tag names of a row being written (inside the caller's transaction)."""
+        new = []
+        for key, value in tags.items():
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            item = (stream, key, numeric)
+            if item not in self._tag_keys_seen:
+                new.append(item)
+        if new:
+            self._w.executemany(
+                "INSERT OR IGNORE INTO tag_keys(stream, key, numeric) VALUES (?, ?, ?)",
+                [(st, k, int(n)) for st, k, n in new])
+            self._tag_keys_seen.update(new)
+
     def update_tags(self, obs_id: int, tags: dict[str, Any]) -> None:
         with self._wlock:
-            self._w.execute("UPDATE observations SET tags=? WHERE id=?",
-                            (json.dumps(tags, separators=(",", ":")), obs_id))
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._w.execute("SELECT stream FROM observations WHERE id=?",
+                                      (obs_id,)).fetchone()
+                self._w.execute("UPDATE observations SET tags=? WHERE id=?",
+                                (json.dumps(tags, separators=(",", ":")), obs_id))
+                if row is not None:
+                    self._note_tag_keys(row[0], tags)
+                self._w.execute("COMMIT")
+            except BaseException:
+                self._w.execute("ROLLBACK")
+                raise
 
     def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,
                 kept_tags: tuple[int, Callable[[int], dict]] | None = None) -> int:
@@ -245,9 +290,13 @@ class SqliteObservationStore(ObservationStore):
                     moved += 1
                 if kept_tags is not None and moved:
                     kept_id, tags_for = kept_tags
+                    new_tags = tags_for(moved)
                     self._w.execute("UPDATE observations SET tags=? WHERE id=?",
-                                    (json.dumps(tags_for(moved), separators=(",", ":")),
-                                     kept_id))
+                                    (json.dumps(new_tags, separators=(",", ":")), kept_id))
+                    row = self._w.execute("SELECT stream FROM observations WHERE id=?",
+                                          (kept_id,)).fetchone()
+                    if row is not None:
+                        self._note_tag_keys(row[0], new_tags)
                 self._w.execute("COMMIT")
             except BaseException:
                 self._w.execute("ROLLBACK")
@@ -296,7 +345,7 @@ class SqliteObservationStore(ObservationStore):
                     out[r[0]] = self._row(r)
         return out
 
-    def _where(self, req: SearchRequest) -> tuple[str, str, list[Any]]:
+    def _where(self, req: RowFilter) -> tuple[str, str, list[Any]]:
         """(join clause, where clause, params) for every filter of `req`."""
         join, conds, params = "", [], []
         if req.near is not None:
@@ -339,17 +388,17 @@ class SqliteObservationStore(ObservationStore):
         where = ("WHERE " + " AND ".join(conds)) if conds else ""
         return join, where, params
 
-    def candidates(self, req: SearchRequest) -> Candidates:
-        join, where, params = self._where(req)
+    def candidates(self, filt: RowFilter) -> Candidates:
+        join, where, params = self._where(filt)
         sql = f"SELECT o.id, o.stream, o.model_id FROM observations o {join} {where}"
         with self._rlock:
             rows = self._r.execute(sql, params).fetchall()
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         return Candidates(ids=ids, streams=[r[1] for r in rows], model_ids=[r[2] for r in rows])
 
-    def ordered(self, req: SearchRequest, limit: int) -> list[Observation]:
-        join, where, params = self._where(req)
-        key = req.order_by
+    def ordered(self, filt: RowFilter, order_by: str, limit: int) -> list[Observation]:
+        join, where, params = self._where(filt)
+        key = order_by
         if key in ("-time", "time", "score"):
             direction = "ASC" if key == "time" else "DESC"
             order = f"o.t {direction}, o.id {direction}"
@@ -422,8 +471,48 @@ class SqliteObservationStore(ObservationStore):
             ).fetchall()
         return {r[0] for r in rows}
 
+    def rows_of(self, streams: Sequence[str], *, before_t: float | None = None,
+                after_id: int = 0, with_vectors: bool = False) -> list[Observation]:
+        """Rows of `streams` in id order: older than `before_t`, with ids above `after_id`,
+        only those with a vector when `with_vectors` (compaction's reads)."""
+        if not streams:
+            return []
+        conds = [f"stream IN ({','.join('?' * len(streams))})", "id > ?"]
+        params: list[Any] = [*streams, int(after_id)]
+        if before_t is not None:
+            conds.append("t < ?")
+            params.append(float(before_t))
+        if with_vectors:
+            conds.append("model_id IS NOT NULL")
+        sql = f"SELECT {_COLUMNS} FROM observations WHERE {' AND '.join(conds)} ORDER BY id"
+        with self._rlock:
+            return [self._row(r) for r in self._r.execute(sql, params)]
+
+    def archived_count(self) -> int:
+        with self._rlock:
+            return int(self._r.execute("SELECT count(*) FROM archive").fetchone()[0])
+
+    def tag_catalogue(self) -> dict[str, dict[str, bool]]:
+        out: dict[str, dict[str, bool]] = {}
+        with self._rlock:
+            for stream, key, numeric in self._r.execute(
+                    "SELECT stream, key, numeric FROM tag_keys"):
+                tags = out.setdefault(stream, {})
+                tags[key] = tags.get(key, False) or bool(numeric)
+        return out
+
+    def has_tag(self, streams: Sequence[str] | None, tag: str) -> bool:
+        conds, params = ["json_type(tags, ?) IS NOT NULL"], [_json_path(tag)]
+        if streams:
+            conds.append(f"stream IN ({','.join('?' * len(streams))})")
+            params += list(streams)
+        with self._rlock:
+            row = self._r.execute(f"SELECT 1 FROM observations WHERE {' AND '.join(conds)}"
+                                  " LIMIT 1", params).fetchone()
+        return row is not None
+
     def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Observation]:
-        """Rows matching a raw SQL condition (internal callers only: compaction)."""
+        """Rows matching a raw SQL condition (tools and the demo; core code uses `rows_of`)."""
         sql = f"SELECT {_COLUMNS} FROM observations {('WHERE ' + where) if where else ''}"
         with self._rlock:
             return [self._row(r) for r in self._r.execute(sql + " ORDER BY id", list(params))]

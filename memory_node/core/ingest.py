@@ -1,0 +1,113 @@
+"""Ingestion: what the recorder hands the memory (camera frames, lidar scans, odometry and
+other observations) described, encoded, written as blobs, embedded and stored.
+
+`Ingestor` receives the store, the memory directory, the models (as calls: the engine loads
+them lazily) and the index catch-up call; it never sees the engine.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memory_node.core.store.base import ObservationStore
+from memory_node.core.types import Observation, Pose
+
+
+@dataclass
+class CameraFrame:
+    """A camera image to keep: BGR uint8, its stamp and the pose it was taken at."""
+
+    t: float
+    pose: Pose | None
+    image_bgr: np.ndarray
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+class Ingestor:
+    def __init__(self, store: ObservationStore, root: Path, *,
+                 embed_texts: Callable[[Sequence[str]], np.ndarray],
+                 text_model_id: Callable[[], str],
+                 image_embedder: Callable[[], Any],
+                 describer: Callable[[], Any],
+                 sync: Callable[[], int]):
+        self.store = store
+        self.root = Path(root)
+        self.embed_texts = embed_texts
+        self.text_model_id = text_model_id
+        self.image_embedder = image_embedder
+        self.describer = describer
+        self.sync = sync
+        self._blob_seq = 0
+
+    def _blob_ref(self, stream: str, t: float, ext: str) -> str:
+        self._blob_seq += 1
+        return f"blobs/{stream}/{int(t * 1000)}_{self._blob_seq:04d}.{ext}"
+
+    def write_blob(self, stream: str, t: float, data: bytes, ext: str) -> str:
+        ref = self._blob_ref(stream, t, ext)
+        path = self.root / ref
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+        return ref
+
+    def add_observation(self, stream: str, t: float, pose: Pose | None,
+                        tags: dict[str, Any] | None = None, text: str = "",
+                        blob: bytes | None = None, blob_ext: str = "bin",
+                        embed: bool = True) -> int:
+        """Store one observation; its text (if any) is embedded with the text model."""
+        ref = self.write_blob(stream, t, blob, blob_ext) if blob is not None else None
+        vec = self.embed_texts([text])[0] if (text and embed) else None
+        obs = Observation(stream=stream, t=t, pose=pose, tags=dict(tags or {}), text=text,
+                          ref=ref, model_id=self.text_model_id() if vec is not None else None)
+        [oid] = self.store.insert([obs], [vec])
+        if vec is not None:
+            self.sync()
+        return oid
+
+    def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
+                          jpeg_quality: int = 80) -> list[int]:
+        """Describe, encode and embed a batch of frames; one transaction for the batch."""
+        import cv2
+
+        if not frames:
+            return []
+        descs = [self.describer().describe(f.image_bgr) for f in frames]
+        rows, refs = [], []
+        for f, d in zip(frames, descs):
+            ok, buf = cv2.imencode(".jpg", f.image_bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+            if not ok:
+                raise ValueError("JPEG encoding of a camera frame failed")
+            refs.append(self.write_blob(stream, f.t, buf.tobytes(), "jpg"))
+        image_embedder = self.image_embedder()
+        if image_embedder is not None:
+            vecs = np.asarray(image_embedder.embed_images([f.image_bgr for f in frames]),
+                              np.float32)
+            model_id = image_embedder.model_id
+        else:
+            vecs = self.embed_texts([d.text for d in descs])
+            model_id = self.text_model_id()
+        for f, d, ref in zip(frames, descs, refs):
+            tags = {**d.tags, **f.tags}
+            rows.append(Observation(stream=stream, t=f.t, pose=f.pose, tags=tags, text=d.text,
+                                    ref=ref, model_id=model_id))
+        ids = self.store.insert(rows, list(vecs))
+        self.sync()
+        return ids
+
+    def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,
+                       stream: str = "lidar", tags: dict[str, Any] | None = None) -> int:
+        pts = np.asarray(points, np.float32).reshape(-1, 3)
+        buf = io.BytesIO()
+        np.save(buf, pts)
+        ranges = np.linalg.norm(pts[:, :2], axis=1) if len(pts) else np.zeros(1)
+        info = {"points": int(len(pts)), "max_range": round(float(ranges.max()), 3),
+                "mean_range": round(float(ranges.mean()), 3), **(tags or {})}
+        return self.add_observation(stream, t, pose, info, "", buf.getvalue(), "npy")

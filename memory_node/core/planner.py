@@ -1,0 +1,155 @@
+"""The query planner: filters first, then ranking, exact for every filtered query.
+
+Three paths, chosen by what a plan holds (docs/design.md, "Query semantics"):
+- no semantic part: the store orders the filtered rows (time, or a numeric tag);
+- semantic with filters: candidates are filtered (time/place in memory over each index's
+  (t, x, y) columns, tags in SQL) and scored exactly; rows without vectors fill in;
+- semantic without filters: each index answers (HNSW above its size threshold).
+It receives the store, the indexes, the query embedder and the catch-up call; it never sees
+the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from memory_node.core.index_manager import IndexManager
+from memory_node.core.query import SearchPlan
+from memory_node.core.store.base import ObservationStore
+from memory_node.core.types import Observation
+from memory_node.core.vectors import top_k
+
+Scored = list[tuple[Observation, float | None]]
+
+
+class QueryPlanner:
+    def __init__(self, store: ObservationStore, indexes: IndexManager,
+                 query_vector: Callable[[str, str], np.ndarray | None],
+                 sync: Callable[[], int]):
+        self.store = store
+        self.indexes = indexes
+        self.query_vector = query_vector
+        self.sync = sync
+
+    def run(self, req: SearchPlan) -> tuple[Scored, list[str]]:
+        """The planner: filters first, then ranking, exact for every filtered query."""
+        self.sync()
+        notes: list[str] = []
+        if req.empty_window:
+            return [], ["the time window is empty (its start is after its end)"]
+        if not req.semantic_query:
+            return [(o, None) for o in self.store.ordered(req.filter, req.order_by, req.k)], notes
+
+        keys = self.indexes.keys_for(req.streams)
+        if not keys:
+            notes.append("no embedded rows in the requested stream(s): semantic_query ignored,"
+                         " newest first")
+            return [(o, None) for o in self.store.ordered(req.filter, "-time", req.k)], notes
+        qvecs = {m: self.query_vector(m, req.semantic_query) for m in {k[0] for k in keys}}
+
+        if req.order_by != "score":
+            return self._ordered_with_scores(req, qvecs), notes
+
+        scored_ids: list[np.ndarray] = []
+        scored_vals: list[np.ndarray] = []
+        unscored: list[int] = []
+        if req.has_filters and not req.tags:
+            # Time and place filters run in memory, over each index's (t, x, y) columns:
+            # the same comparisons as SQL, without a round trip.
+            matched = 0
+            for key in keys:
+                qv = qvecs.get(key[0])
+                if qv is None:
+                    continue
+                twin = self.indexes.get(key).exact_twin
+                pos = twin.filter_positions(req.t_min, req.t_max, req.near, req.radius)
+                matched += len(pos)
+                if len(pos):
+                    i, s = twin.search_positions(qv, req.k, pos)
+                    scored_ids.append(i)
+                    scored_vals.append(s)
+            if matched < req.k:  # too few embedded matches: rows without vectors fill in
+                have = set(np.concatenate(scored_ids).tolist()) if scored_ids else set()
+                unscored = [i for i in self.store.candidates(req.filter).ids.tolist()
+                            if i not in have]
+        elif req.has_filters:
+            cand = self.store.candidates(req.filter)
+            groups: dict[tuple[str, str], list[int]] = {}
+            for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids):
+                if model_id is not None and qvecs.get(model_id) is not None:
+                    groups.setdefault((model_id, stream), []).append(oid)
+                else:
+                    unscored.append(oid)
+            for key, ids in groups.items():
+                idx = self.indexes.get(key)
+                if idx is None:
+                    unscored.extend(ids)
+                    continue
+                arr = np.asarray(ids, np.int64)
+                i, s = idx.search(qvecs[key[0]], req.k, candidates=arr)
+                scored_ids.append(i)
+                scored_vals.append(s)
+                if len(i) < min(req.k, len(arr)):  # rows whose vectors are not indexed yet
+                    unscored.extend(np.setdiff1d(arr, self.indexes.ids_of(key)).tolist())
+        else:
+            for key in keys:
+                qv = qvecs.get(key[0])
+                if qv is None:
+                    continue
+                i, s = self.indexes.get(key).search(qv, req.k)
+                scored_ids.append(i)
+                scored_vals.append(s)
+        ids = np.concatenate(scored_ids) if scored_ids else np.empty(0, np.int64)
+        vals = np.concatenate(scored_vals) if scored_vals else np.empty(0, np.float32)
+        if req.min_score is not None:
+            keep = vals >= req.min_score
+            ids, vals = ids[keep], vals[keep]
+        ids, vals = top_k(ids, vals, req.k)
+        rows = self.store.get(ids.tolist())
+        out: list[tuple[Observation, float | None]] = [
+            (rows[i], float(s)) for i, s in zip(ids.tolist(), vals.tolist()) if i in rows
+        ]
+        missing = req.k - len(out)
+        if missing > 0 and req.min_score is None:
+            if not req.has_filters:
+                fill = self.store.ordered(req.filter, "-time", req.k + len(out))
+                have = {o.id for o, _ in out}
+                fill = [o for o in fill if o.id not in have
+                        and not self.indexes.contains(o.model_id, o.stream, o.id)]
+            else:
+                fill_rows = self.store.get(unscored)
+                fill = sorted(fill_rows.values(), key=lambda o: (o.t, o.id), reverse=True)
+            out.extend((o, None) for o in fill[:missing])
+        return out, notes
+
+    def _ordered_with_scores(self, req: SearchPlan, qvecs: dict[str, np.ndarray | None]
+                             ) -> list[tuple[Observation, float | None]]:
+        """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
+        cand = self.store.candidates(req.filter)
+        rows = self.store.get(cand.ids.tolist())
+        scored: list[tuple[Observation, float | None]] = []
+        for obs in rows.values():
+            score = None
+            vec = self.indexes.vector(obs.model_id, obs.stream, obs.id)
+            qv = qvecs.get(obs.model_id) if obs.model_id else None
+            if vec is not None and qv is not None:
+                score = float(vec @ qv)
+            if req.min_score is not None and (score is None or score < req.min_score):
+                continue
+            scored.append((obs, score))
+        key = req.order_by
+        if key in ("time", "-time"):
+            scored.sort(key=lambda p: (p[0].t, p[0].id), reverse=key == "-time")
+        else:
+            tag = key.lstrip("-")
+            desc = key.startswith("-")
+
+            def tag_key(p: tuple[Observation, float | None]) -> tuple:
+                v = p[0].tags.get(tag)
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+                return (0 if ok else 1, (-v if desc else v) if ok else 0, -p[0].t, -p[0].id)
+
+            scored.sort(key=tag_key)
+        return scored[: req.k]

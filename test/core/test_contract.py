@@ -1,0 +1,92 @@
+"""The contract models: docs/design.md's field tables are the models', every field of DESIGN.md
+is in them, and the engine answers each mistake with a short, useful message."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from engine_support import T0, FakeClock, make_engine
+
+from memory_node.core.contract import SaveNote, SearchQuery, field_table
+from memory_node.core.types import Pose
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "design.md"
+
+
+@pytest.mark.parametrize(("marker", "model"), [("search-fields", SearchQuery),
+                                               ("save-fields", SaveNote)])
+def test_design_doc_field_tables_are_the_models(marker, model):
+    text = DOCS.read_text(encoding="utf-8")
+    found = re.search(f"<!-- {marker} -->\n(.*?)\n<!-- /{marker} -->", text, re.S)
+    assert found, f"docs/design.md lacks the {marker} table"
+    assert found[1] == field_table(model), (
+        "docs/design.md's field table differs from the model: regenerate it with "
+        "`python -m memory_node.core.contract`")
+
+
+def test_every_design_field_is_in_the_models():
+    search = {"stream", "semantic_query", "near_x", "near_y", "radius", "near_here",
+              "after_seconds_ago", "before_seconds_ago", "after", "before", "tags",
+              "order_by", "k", "near", "seen_near", "include_archived", "robot", "map",
+              "visits"}
+    assert search <= set(SearchQuery.model_fields)
+    assert {"note", "tags", "place", "radius", "x", "y", "remove"} == set(SaveNote.model_fields)
+
+
+@pytest.fixture
+def eng(tmp_path):
+    engine = make_engine(tmp_path / "mem", FakeClock(T0 + 100))
+    engine.add_observation("camera", T0, Pose(0, 0), {"brightness": 0.8, "people": 2,
+                                                     "person": True, "colors": ["red"]},
+                           "bright")
+    engine.add_observation("odom", T0, Pose(0, 0), {"speed": 0.3})
+    yield engine
+    engine.close()
+
+
+def error(eng, query) -> str:
+    out = json.loads(eng.search(query if isinstance(query, str) else json.dumps(query)))
+    assert out["ok"] is False and out["error"]["code"] == "bad_request", out
+    return out["error"]["message"]
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ({"stream": "camera", "order_by": "-brightnes"},
+     "unknown order_by '-brightnes' in camera; did you mean '-brightness'? Valid: score, "
+     "time, -time, or a numeric tag with or without '-': brightness, people."),
+    ({"stream": "camera", "tags": {"persn": True}},
+     "unknown tag 'persn' in camera; did you mean 'person'? Valid: brightness, colors, "
+     "people, person."),
+    ({"stream": "odom", "tags": {"brightness": {"gt": 0.1}}}, "unknown tag 'brightness' in odom"),
+    ({"stream": "camera", "order_by": "colors"},
+     "order_by 'colors': tag 'colors' holds no numbers in camera. Numeric tags: brightness, "
+     "people."),
+    ({"radius": 3}, "'radius' needs a centre"),
+    ({"near": "kitchen"}, "'near' is not supported yet"),
+    ({"visits": True, "near_x": 0, "near_y": 0}, "'visits' is not supported yet"),
+    ({"robot": "go2-1"}, "'robot' is not supported yet"),
+    ("[1, 2]", "search query is a JSON list"),
+    ({"sematic_query": "door"}, "did you mean 'semantic_query'?"),
+])
+def test_mistakes_are_answered_with_the_choices(eng, query, message):
+    assert message in error(eng, query)
+
+
+def test_valid_tag_searches_are_unchanged(eng):
+    out = json.loads(eng.search(json.dumps({"stream": "camera", "order_by": "-people"})))
+    assert out["ok"] and out["count"] == 1
+    # Tags the engine writes itself are always valid filters, before any row has them.
+    out = json.loads(eng.search(json.dumps({"stream": "events", "tags": {"repeats": 2}})))
+    assert out["ok"] and out["count"] == 0
+    # A tag written by another process after the catalogue was read is found in the rows.
+    eng.add_observation("camera", T0 + 1, Pose(0, 0), {"faces": 1}, "a face")
+    out = json.loads(eng.search(json.dumps({"stream": "camera", "order_by": "-faces"})))
+    assert out["ok"] and out["results"][0]["tags"] == {"faces": 1}
+
+
+def test_save_place_form_is_refused_not_ignored(eng):
+    out = json.loads(eng.save(json.dumps({"place": "kitchen", "radius": 2.0})))
+    assert out["error"]["code"] == "bad_request" and "not supported yet" in out["error"]["message"]
