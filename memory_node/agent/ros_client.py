@@ -73,7 +73,7 @@ class RosClient(MemoryClient):
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.parameter import Parameter
 
-        from memory_node.ros.common import PoseTracker
+        from memory_node.ros.common import CLIENT_QOS, PoseTracker
         from memory_node.srv import Compact, Save, Search, Streams
 
         self._default_streams = tuple(default_streams)
@@ -97,7 +97,8 @@ class RosClient(MemoryClient):
             prefix = "/" + service_prefix.strip("/") if service_prefix.strip("/") else ""
             self._types = {"search": Search, "save": Save, "compact": Compact,
                            "streams": Streams}
-            self._clients = {name: node.create_client(srv, f"{prefix}/{name}")
+            self._clients = {name: node.create_client(srv, f"{prefix}/{name}",
+                                                      qos_profile=CLIENT_QOS)
                              for name, srv in self._types.items()}
             # Same subscriptions and QoS as the nodes (DESIGN.md: /tf_static
             # TRANSIENT_LOCAL, reliable, depth 1).

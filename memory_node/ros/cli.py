@@ -61,7 +61,10 @@ class ServiceCaller:
         self.node = rclpy.create_node(node_name, context=context)
         self.executor = SingleThreadedExecutor(context=self.node.context)
         self.types = {"search": Search, "save": Save, "compact": Compact, "streams": Streams}
-        self.clients = {k: self.node.create_client(t, SERVICES[k]) for k, t in self.types.items()}
+        from memory_node.ros.common import CLIENT_QOS
+
+        self.clients = {k: self.node.create_client(t, SERVICES[k], qos_profile=CLIENT_QOS)
+                        for k, t in self.types.items()}
 
     def call(self, verb: str, payload: str | None = None, timeout: float = 10.0) -> str:
         import time

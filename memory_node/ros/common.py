@@ -38,6 +38,14 @@ TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            history=HistoryPolicy.KEEP_LAST)
 
 
+# Clients' QoS for the memory services. Every client of a service reads the server's one
+# response topic and keeps only the answers addressed to it; with the default depth of 10, a
+# burst of other clients' answers pushes its own out of the queue before it takes it (seen:
+# 5 of 8,000 requests of 8 busy clients never answered). Deep, so none is pushed out.
+CLIENT_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
+
+
 def ros_network() -> str:
     """Which ROS 2 network this process joins, as the environment sets it: what to compare
     when two processes do not see each other."""

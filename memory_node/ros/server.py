@@ -51,6 +51,8 @@ The query server alone (a lifecycle node): /memory/search, /memory/save, /memory
 # A recorder publishes its stats every few seconds (and at once when a topic's state
 # changes); older than this, nothing is said about recording.
 RECORDER_STATS_MAX_AGE_S = 30.0
+# A request slower than this is logged: clients give up after a few seconds.
+SLOW_REQUEST_S = 5.0
 
 SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
             "streams": "/memory/streams"}
@@ -231,11 +233,16 @@ class MemoryServer(LifecycleNode):
                     "unavailable", f"busy: {limit} requests are already waiting "
                     "(max_pending_requests); try again shortly"))
             self._in_flight += 1
+        start = time.monotonic()
         try:
             return fn(eng)
         finally:
+            took = time.monotonic() - start
             with self._admission:
                 self._in_flight -= 1
+            if took > SLOW_REQUEST_S:
+                self.get_logger().warning(f"a request took {took:.1f} s "
+                                          f"({self._in_flight} others in flight)")
 
     def _state_label(self) -> str:
         try:
