@@ -152,15 +152,21 @@ class MemoryEngine:
             "Markdown, %d rows indexed late, in %.2f s", cfg.root, self.store.count(),
             self.indexes.total(), picked, indexed, time.perf_counter() - t0)
 
-    def close(self) -> None:
-        if self.indexes is not None:
+    def close(self) -> bool:
+        """Write the index cache and close the store. Returns True when the cache was written;
+        False when it was not (another process held it, or a write failed: logged), in which
+        case the next start loads the previous cache and catches up from memory.db."""
+        persisted = False
+        if self.indexes is not None and self.store is not None:
             try:
-                self.indexes.persist()
-            except Exception:  # noqa: BLE001 - the index is a cache; log and go on closing
-                log.exception("could not persist the vector index (it will be rebuilt)")
+                persisted = self.indexes.persist()
+            except Exception as exc:  # noqa: BLE001 - the index is a cache; log and go on
+                log.warning("index cache not written (%s: %s); the next start catches up "
+                            "from memory.db", type(exc).__name__, exc)
         if self.store is not None:
             self.store.close()
         self.store = None
+        return persisted
 
     def __enter__(self) -> MemoryEngine:
         return self

@@ -40,6 +40,7 @@ MANIFEST_VERSION = 3
 READABLE_VERSIONS = (2, 3)  # 2: files beside the manifest, no checksums
 MANIFEST = "manifest.json"
 LOCK_NAME = ".lock"
+PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's write
 
 
 def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, float, float]:
@@ -291,7 +292,7 @@ class IndexManager:
         return None
 
     # ---- persistence ------------------------------------------------------------------------
-    def persist(self, lock_timeout_s: float = 30.0) -> bool:
+    def persist(self, lock_timeout_s: float | None = None) -> bool:
         """Write the cache so that a crash or a kill at any moment leaves the previous cache
         or the new one, never a mix: the files go into a directory of their own (a name no
         other process uses), then the manifest naming it replaces the old one in one rename.
@@ -300,6 +301,8 @@ class IndexManager:
         OSError when it cannot be written (the previous cache then stays as it was)."""
         d = self.config.index_dir
         d.mkdir(parents=True, exist_ok=True)
+        if lock_timeout_s is None:
+            lock_timeout_s = PERSIST_LOCK_TIMEOUT_S
         with self._lock:
             seq = self._seq
             snap = [(key, idx, idx.ids(), idx.exact_twin.vectors(), idx.exact_twin.meta())

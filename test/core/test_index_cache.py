@@ -201,3 +201,193 @@ def test_damaged_cache_never_changes_an_answer(clean_store, tmp_path, caplog, fa
         assert _answers(eng) == want
     eng.close()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# ---- several writers, kills mid-write ------------------------------------------------------
+DIM = 32
+
+
+def _small_store(root: Path, n: int = 3000) -> None:
+    """A store of `n` rows with random vectors (no model needed) and no cache yet."""
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+    from memory_node.core.types import Observation
+
+    root.mkdir(parents=True, exist_ok=True)
+    st = SqliteObservationStore(root / "memory.db")
+    rng = np.random.default_rng(3)
+    vecs = rng.standard_normal((n, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    rows = [Observation(stream=("camera", "events")[i % 2], t=1000.0 + i, pose=Pose(i, 0),
+                        model_id="m") for i in range(n)]
+    st.insert(rows, list(vecs))
+    st.close()
+
+
+def _manager(root: Path, **cfg):
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.index_manager import IndexManager
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+
+    config = MemoryConfig.from_mapping({"memory_dir": str(root), "hnsw_min_rows": 1000, **cfg},
+                                       env={})
+    return IndexManager(config, SqliteObservationStore(config.db_path))
+
+
+def _persist_loop(root: str, times: int, out) -> None:  # runs in a child process
+    mgr = _manager(Path(root))
+    mgr.load_or_rebuild()
+    failed = []
+    for _ in range(times):
+        try:
+            if mgr.persist() is not True:
+                failed.append("not persisted")
+        except Exception as exc:  # noqa: BLE001 - counted, reported by the test
+            failed.append(f"{type(exc).__name__}: {exc}")
+    out.put(failed)
+
+
+def _load_loop(root: str, times: int, out) -> None:  # a reader starting while others write
+    from memory_node.core.index_manager import CacheLock
+
+    failed = []
+    for _ in range(times):
+        mgr = _manager(Path(root))
+        try:
+            with CacheLock(mgr.config.index_dir, shared=True):
+                if not mgr._load():  # noqa: SLF001 - the loader itself is under test
+                    failed.append("no cache")
+        except Exception as exc:  # noqa: BLE001
+            failed.append(f"{type(exc).__name__}: {exc}")
+    out.put(failed)
+
+
+def _loads_clean(root: Path, caplog) -> None:
+    """A start on `root` loads a whole cache (or finds none), never warns, and holds exactly
+    memory.db's vectors."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memory_node"):
+        mgr = _manager(root)
+        mgr.load_or_rebuild()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    rows = mgr.store.vector_rows(range(1, 10**6))
+    assert mgr.total() == len(rows)
+    for oid, (stream, model_id, *_r, blob) in list(rows.items())[::97]:
+        assert np.array_equal(mgr.vector(model_id, stream, oid), np.frombuffer(blob, np.float32))
+    mgr.store.close()
+
+
+def test_processes_persisting_to_one_directory_all_succeed(tmp_path, caplog):
+    import multiprocessing as mp
+
+    root = tmp_path / "m"
+    _small_store(root)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_persist_loop, args=(str(root), 25, out)) for _ in range(4)]
+    procs.append(ctx.Process(target=_load_loop, args=(str(root), 40, out)))
+    for p in procs:
+        p.start()
+    failures = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+    # 100 writes by 4 processes, 40 loads while they ran: none failed ("no cache" can only be
+    # the reader's first load, before any writer finished once).
+    assert [f for f in failures if f and f != ["no cache"] * len(f)] == []
+    _loads_clean(root, caplog)
+    left = sorted(p.name for p in (root / "index").iterdir())
+    assert len([n for n in left if n.startswith("g-")]) == 1, left  # no leftovers
+
+
+_KILLED_WRITER = """
+import sys, time
+sys.path.insert(0, {test_dir!r})
+from test_index_cache import _manager
+from pathlib import Path
+mgr = _manager(Path({root!r}))
+mgr.load_or_rebuild()
+print("ready", flush=True)
+while True:
+    mgr.persist()
+"""
+
+
+def test_sigkill_mid_persist_leaves_a_valid_cache_or_none(tmp_path, caplog):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "m"
+    _small_store(root, 20000)
+    code = _KILLED_WRITER.format(test_dir=str(Path(__file__).parent), root=str(root))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]),
+                                                         str(Path(__file__).parents[1])])}
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env,
+                                text=True)
+        try:
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(float(rng.uniform(0.0, 0.4)))  # somewhere inside a write
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait(30)
+        _loads_clean(root, caplog)
+
+
+def test_interrupt_mid_persist_keeps_the_previous_cache(tmp_path, caplog, monkeypatch):
+    """A second Ctrl-C lands inside the write: the cache written before stays whole."""
+    import memory_node.core.index_manager as im
+
+    root = tmp_path / "m"
+    _small_store(root)
+    mgr = _manager(root)
+    mgr.load_or_rebuild()
+    assert mgr.persist() is True
+    real = im._write_npy
+    calls = []
+
+    def interrupted(path, arr):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(path, arr)
+
+    monkeypatch.setattr(im, "_write_npy", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        mgr.persist()
+    monkeypatch.undo()
+    mgr.store.close()
+    _loads_clean(root, caplog)
+
+
+def test_close_says_whether_the_cache_was_written(tmp_path, caplog, monkeypatch):
+    import memory_node.core.index_manager as im
+
+    eng = make_engine(tmp_path / "a")
+    eng.save("a note")
+    assert eng.close() is True
+
+    eng = make_engine(tmp_path / "b")
+    eng.save("a note")
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(im, "_write_npy", refused)
+    with caplog.at_level(logging.WARNING, logger="memory_node"):
+        assert eng.close() is False
+    assert "index cache not written" in caplog.text and "PermissionError" in caplog.text
+    monkeypatch.undo()
+
+    eng = make_engine(tmp_path / "c")  # another process is writing the cache right now
+    eng.save("a note")
+    monkeypatch.setattr(im, "PERSIST_LOCK_TIMEOUT_S", 0.2)
+    held = im.CacheLock(eng.config.index_dir, shared=False)
+    assert held.acquire()
+    try:
+        assert eng.close() is False
+    finally:
+        held.release()
