@@ -163,6 +163,8 @@ class MemoryEngine:
             except Exception as exc:  # noqa: BLE001 - the index is a cache; log and go on
                 log.warning("index cache not written (%s: %s); the next start catches up "
                             "from memory.db", type(exc).__name__, exc)
+        if self.indexes is not None:
+            self.indexes.close()
         if self.store is not None:
             self.store.close()
         self.store = None
@@ -338,6 +340,9 @@ class MemoryEngine:
                 qv = qvecs.get(key[0])
                 if qv is None:
                     continue
+                if self.indexes.building(key):
+                    notes.append(f"exact search over {key[1]}: its graph index is being built"
+                                 " in the background")
                 i, s = self.indexes.get(key).search(qv, req.k)
                 scored_ids.append(i)
                 scored_vals.append(s)

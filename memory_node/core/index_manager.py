@@ -14,6 +14,7 @@ one rename; `index/.lock` (flock) makes processes sharing the directory take tur
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import logging
@@ -23,6 +24,7 @@ import secrets
 import shutil
 import threading
 import time
+import weakref
 import zlib
 from pathlib import Path
 
@@ -61,6 +63,22 @@ class IndexManager:
         self._data_version: int | None = None
         self._lock = threading.RLock()
         self._last_persist = time.monotonic()
+        self._worker = GraphWorker()
+
+    def building(self, key: Key) -> bool:
+        """Whether `key`'s graph is still being built (its unrestricted searches are exact)."""
+        idx = self._indexes.get(key)
+        return idx is not None and idx.building
+
+    def wait_for_graphs(self, timeout_s: float | None = None) -> bool:
+        """Block until the background worker has nothing left to do (benchmarks, tests)."""
+        for idx in list(self._indexes.values()):
+            idx.schedule()
+        return self._worker.wait_idle(timeout_s)
+
+    def close(self) -> None:
+        """Stop graph work (a build in progress stops at its next chunk)."""
+        self._worker.stop()
 
     # ---- lookup -------------------------------------------------------------------------
     def _new(self, dim: int) -> HNSWIndex:
@@ -68,7 +86,7 @@ class IndexManager:
         return make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                           ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
                           gather_max=c.exact_gather_max, storage=c.hnsw_storage,
-                          rerank=c.hnsw_rerank)
+                          rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
 
     def keys_for(self, streams: tuple[str, ...] | None) -> list[Key]:
         with self._lock:
@@ -110,9 +128,13 @@ class IndexManager:
             self._data_version = dv
             applied = 0
             adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]] = {}
+            removes: list[int] = []
             for ch in self.store.vector_changes(self._seq):
                 self._seq = ch.seq
                 if ch.op == "add":
+                    if removes:  # keep the feed's order between runs of adds and removals
+                        self._remove(removes)
+                        removes = []
                     key = (ch.model_id, ch.stream)
                     ids, vecs, metas = adds.setdefault(key, ([], [], []))
                     ids.append(ch.obs_id)
@@ -121,11 +143,17 @@ class IndexManager:
                 else:
                     self._flush(adds)
                     adds = {}
-                    for idx in self._indexes.values():
-                        idx.remove(np.array([ch.obs_id], np.int64))
+                    removes.append(ch.obs_id)  # one removal per run: compaction removes many
                 applied += 1
+            self._remove(removes)
             self._flush(adds)
             return applied
+
+    def _remove(self, ids: list[int]) -> None:
+        if ids:
+            arr = np.asarray(ids, np.int64)
+            for idx in self._indexes.values():
+                idx.remove(arr)
 
     def _flush(self, adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]]) -> None:
         for key, (ids, vecs, metas) in adds.items():
@@ -171,8 +199,7 @@ class IndexManager:
                 self._data_version = None
                 caught_up = self.sync()
         for idx in self._indexes.values():
-            if len(idx) >= self.config.hnsw_min_rows and idx.exact:
-                idx.build()
+            idx.schedule()  # graphs missing or behind are built in the background
         log.info("vector index %s in %.2f s: %d vectors in %d indexes (+%d from the change "
                  "feed)", how, time.perf_counter() - t0, self.total(), len(self._indexes),
                  caught_up)
@@ -365,6 +392,82 @@ class IndexManager:
         if time.monotonic() - self._last_persist < self.config.index_persist_interval_s:
             return False
         return self.persist()
+
+
+# ---- background graph work ----------------------------------------------------------------------
+class GraphWorker:
+    """One background thread at the lowest CPU priority doing every index's graph work (full
+    builds in cancellable chunks, then pending rows in short slices), so no query waits."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or os.cpu_count() or 1
+        _WORKERS.add(self)
+        self._queue: list[HNSWIndex] = []
+        self._cv = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, idx: HNSWIndex) -> None:
+        with self._cv:
+            if self._stopped:
+                return
+            if not any(i is idx for i in self._queue):
+                self._queue.append(idx)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memory-graph-worker",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        try:  # Linux: nice is per thread; the build's OpenMP threads inherit it
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (OSError, AttributeError):
+            pass
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopped:
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                idx = self._queue.pop(0)
+                self._busy = True
+            more = False
+            try:
+                more = idx.work(cancelled=lambda: self._stopped, threads=self.threads)
+            except Exception:  # noqa: BLE001 - searches stay exact; logged once per failure
+                log.exception("building an HNSW graph failed; searches of it stay exact")
+            with self._cv:
+                self._busy = False
+                if more and not self._stopped and not any(i is idx for i in self._queue):
+                    self._queue.append(idx)
+                self._cv.notify_all()
+            time.sleep(0.0005)  # let a query waiting for the graph take it between slices
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._queue and not self._busy, timeout_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        with self._cv:
+            self._stopped = True
+            self._queue.clear()
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+
+_WORKERS: weakref.WeakSet[GraphWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers() -> None:
+    """A daemon thread still inside faiss when the interpreter exits aborts the process
+    ("terminate called without an active exception"): stop each worker at its next chunk."""
+    for worker in list(_WORKERS):
+        worker.stop(timeout_s=60.0)
 
 
 # ---- cache files ------------------------------------------------------------------------------

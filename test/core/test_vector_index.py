@@ -151,3 +151,46 @@ def test_ties_break_by_newest_id():
 def test_unknown_kind():
     with pytest.raises(ValueError, match="unknown index kind"):
         make_index("annoy", 4)
+
+
+def test_graph_work_is_never_done_inside_a_search():
+    """With a scheduler (the engine's background worker), searches stay exact while no graph
+    is ready, find rows added since the graph was built, skip removed rows, and never build."""
+    rng = np.random.default_rng(6)
+    scheduled = []
+    idx = make_index("hnsw", DIM, min_rows=50, ef_search=256, scheduler=scheduled.append)
+    ids = np.arange(1, 1201, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    idx.add(ids[:1000], vecs[:1000])
+    assert scheduled and idx.building and idx.builds == 0
+    q = _unit(rng, 1)[0]
+    assert idx.search(q, 5)[0].tolist() == _brute(ids[:1000], vecs[:1000], q, 5)[0].tolist()
+    assert idx.builds == 0  # the search did not build
+
+    while idx.work():  # what the worker does, in the background
+        pass
+    assert not idx.building and idx.builds == 1
+
+    idx.add(ids[1000:], vecs[1000:])  # new rows: searchable at once, exactly
+    assert idx.pending == 200
+    assert idx.search(vecs[1099], 1)[0].tolist() == [1100]
+    while idx.work():
+        pass
+    assert idx.pending == 0 and idx.builds == 1  # added to the live graph, not rebuilt
+    assert idx.search(vecs[1099], 1)[0].tolist() == [1100]
+
+    gone = ids[::10]  # compaction removes 10%: tombstones, no rebuild
+    idx.remove(gone)
+    keep = ~np.isin(ids, gone)
+    for _ in range(20):
+        q = _unit(rng, 1)[0]
+        got = idx.search(q, 5)[0]
+        assert not np.isin(got, gone).any()
+        want = _brute(ids[keep], vecs[keep], q, 5)[0]
+        assert len(set(got.tolist()) & set(want.tolist())) >= 4
+    assert idx.builds == 1
+    idx.remove(ids[1::4])  # beyond a fifth of the graph removed: rebuilt, in the background
+    assert idx.builds == 1 and idx.needs_work()
+    while idx.work():
+        pass
+    assert idx.builds == 2

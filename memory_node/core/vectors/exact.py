@@ -102,6 +102,18 @@ class ExactIndex(VectorIndex):
         hit = sorted_ids[idx] == ids
         return order[idx[hit]]
 
+    def ids_at(self, positions: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return self._ids[: self._n][positions]
+
+    def score_ids(self, ids: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, inner products) of the given ids that are in the index, in one consistent
+        view (a concurrent removal cannot shift positions in between)."""
+        q = np.asarray(query, np.float32).reshape(-1)
+        with self._lock:
+            pos = self.positions(np.asarray(ids, np.int64))
+            return self._ids[: self._n][pos], self._vecs[: self._n][pos] @ q
+
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._vecs[self.positions(np.asarray(ids, np.int64))]
 
