@@ -194,3 +194,35 @@ def test_graph_work_is_never_done_inside_a_search():
     while idx.work():
         pass
     assert idx.builds == 2
+
+
+def test_time_window_is_a_binary_search_whatever_the_insert_order():
+    """Rows arriving out of time order (an older bag replayed, notes with past stamps) keep
+    the window cut by binary search: exact, and only the window's rows are compared."""
+    from memory_node.core.vectors import ExactIndex
+
+    rng = np.random.default_rng(8)
+    idx = ExactIndex(DIM)
+    n = 20000
+    t = np.arange(n, dtype=np.float64)
+    late = rng.choice(n, n // 20, replace=False)  # 5% arrive late, in random order
+    order = np.concatenate([np.setdiff1d(np.arange(n), late), rng.permutation(late)])
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    xy = rng.uniform(0, 50, (n, 2))
+    for chunk in np.array_split(order, 40):
+        meta = np.column_stack([t[chunk], xy[chunk]])
+        idx.add(ids[chunk], _unit(rng, len(chunk)), meta)
+    gone = rng.choice(ids, 500, replace=False)
+    idx.remove(gone)
+    alive = ~np.isin(ids, gone)
+    for _ in range(30):
+        lo = float(rng.uniform(0, n))
+        hi = lo + float(rng.uniform(0, n / 50))
+        pos = idx.filter_positions(lo, hi, near=(25.0, 25.0), radius=20.0)
+        got = np.sort(idx.ids_at(pos))
+        inside = alive & (t >= lo) & (t <= hi) & (((xy - 25.0) ** 2).sum(1) <= 400.0)
+        assert got.tolist() == ids[inside].tolist()
+        assert idx.scanned <= (alive & (t >= lo) & (t <= hi)).sum()  # the window, no more
+    idx.add(np.array([n + 1]), _unit(rng, 1), np.array([[5.5, 1.0, 1.0]]))  # one more, late
+    assert n + 1 in idx.ids_at(idx.filter_positions(5.0, 6.0)).tolist()
+    assert idx.scanned <= 3  # t = 5.0, 5.5, 6.0
