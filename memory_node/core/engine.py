@@ -527,6 +527,40 @@ class MemoryEngine:
             self.sync()
         return oid
 
+    def add_embedded(self, observations: Sequence[Observation], vectors: Any,
+                     model_id: str) -> list[int]:
+        """Store observations whose vectors were computed elsewhere (an import from another
+        store, a fleet peer, a benchmark), in one transaction, and index them.
+
+        `vectors` is an (n, dim) array, one row per observation, from the embedding model
+        `model_id` (vectors of one model share an index; searches with a `semantic_query`
+        rank them when that model is loaded here). Rows are L2-normalised here (scores are
+        cosine similarities); a dimension other than the model's existing vectors, a
+        non-finite or zero row raise ValueError and store nothing. Returns the new ids."""
+        vecs = np.asarray(vectors, np.float32)
+        if vecs.ndim != 2 or len(vecs) != len(observations):
+            raise ValueError("vectors must be an (n, dim) array, one row per observation")
+        if not isinstance(model_id, str) or not model_id:
+            raise ValueError("model_id must be a non-empty string")
+        if len(vecs) == 0:
+            return []
+        if not np.isfinite(vecs).all():
+            raise ValueError("vectors must be finite")
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise ValueError("a zero vector has no direction to rank by")
+        dim = self.indexes.dim_of(model_id)
+        if dim is not None and vecs.shape[1] != dim:
+            raise ValueError(f"{model_id} vectors here have {dim} dimensions, not "
+                             f"{vecs.shape[1]}")
+        vecs = vecs / norms
+        for obs in observations:
+            obs.model_id = model_id
+        ids = self.store.insert(list(observations), list(vecs))
+        self._streams_cache = None
+        self.sync()
+        return ids
+
     def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
                           jpeg_quality: int = 80) -> list[int]:
         """Describe, encode and embed a batch of frames; one transaction for the batch."""

@@ -93,6 +93,13 @@ class IndexManager:
             return [k for k, idx in self._indexes.items()
                     if len(idx) and (streams is None or k[1] in streams)]
 
+    def dim_of(self, model_id: str) -> int | None:
+        """The dimension of `model_id`'s vectors here, or None when it has none yet."""
+        for (m, _), idx in list(self._indexes.items()):
+            if m == model_id:
+                return idx.dim
+        return None
+
     def get(self, key: Key) -> HNSWIndex | None:
         return self._indexes.get(key)
 
