@@ -35,6 +35,7 @@ class ExactIndex(VectorIndex):
         self.scanned = 0  # rows whose time or place the last filter compared (diagnostics)
         self._n = 0
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._ids_increasing = True  # ids strictly increase with position: no sort needed
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -67,6 +68,10 @@ class ExactIndex(VectorIndex):
                 new_vecs[: self._n] = self._vecs[: self._n]
                 new_meta[: self._n] = self._meta[: self._n]
                 self._ids, self._vecs, self._meta = new_ids, new_vecs, new_meta
+            if self._ids_increasing and (
+                    (len(ids) > 1 and (np.diff(ids) <= 0).any())
+                    or (self._n and ids[0] <= self._ids[self._n - 1])):
+                self._ids_increasing = False
             self._ids[self._n : need] = ids
             self._vecs[self._n : need] = vectors
             self._meta[self._n : need] = meta
@@ -91,21 +96,27 @@ class ExactIndex(VectorIndex):
                 self._tk = self._tn = len(self._tpos)
                 self._n = len(self._ids)
                 self._sorted = None
+                ids_now = self._ids[: self._n]
+                self._ids_increasing = bool((np.diff(ids_now) > 0).all())
             return removed
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Row positions of the given ids (ids not in the index are dropped)."""
+        ids = np.asarray(ids, np.int64)
         with self._lock:
-            if self._sorted is None:
-                order = np.argsort(self._ids[: self._n], kind="stable")
-                self._sorted = (self._ids[: self._n][order], order)
-            sorted_ids, order = self._sorted
+            if self._ids_increasing:  # the usual case (ids grow): no sort after each add
+                sorted_ids, order = self._ids[: self._n], None
+            else:
+                if self._sorted is None:
+                    order = np.argsort(self._ids[: self._n], kind="stable")
+                    self._sorted = (self._ids[: self._n][order], order)
+                sorted_ids, order = self._sorted
         if len(sorted_ids) == 0:
             return np.empty(0, np.int64)
         idx = np.searchsorted(sorted_ids, ids)
         idx[idx >= len(sorted_ids)] = 0
         hit = sorted_ids[idx] == ids
-        return order[idx[hit]]
+        return idx[hit] if order is None else order[idx[hit]]
 
     def ids_at(self, positions: np.ndarray) -> np.ndarray:
         with self._lock:

@@ -115,6 +115,7 @@ class HNSWIndex(VectorIndex):
         self._hnsw_ids = np.empty(0, np.int64)  # graph position -> observation id
         self._pending = np.empty(0, np.int64)  # ids in the twin, not yet in the graph
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
+        self._rebuild_asked = False
         self.builds = 0  # graphs built over the whole index (not counting rows added later)
         self._scheduled = False
         self._chunk = 16  # pending rows added per background step, sized to EXTEND_SLICE_S
@@ -167,7 +168,14 @@ class HNSWIndex(VectorIndex):
             return self._needs_build() or len(self._pending) > 0
 
     def _needs_build(self) -> bool:
-        return self._hnsw is None or self._dead > DEAD_REBUILD_SHARE * max(1, len(self._hnsw_ids))
+        return (self._hnsw is None or self._rebuild_asked
+                or self._dead > DEAD_REBUILD_SHARE * max(1, len(self._hnsw_ids)))
+
+    def request_rebuild(self) -> None:
+        """Rebuild the graph in the background (the current one serves until then)."""
+        with self._lock:
+            self._rebuild_asked = True
+        self.schedule()
 
     def schedule(self) -> None:
         """Ask the scheduler for graph work if there is any (no-op without one)."""
@@ -203,6 +211,7 @@ class HNSWIndex(VectorIndex):
 
     def _build(self, cancelled: Callable[[], bool], threads: int | None) -> None:
         with self._lock:
+            self._rebuild_asked = False
             ids = self.exact_twin.ids()
             vecs = self.exact_twin.vectors()  # rows below n are never written again
         graph = self._new_graph()
@@ -298,18 +307,16 @@ class HNSWIndex(VectorIndex):
             self.schedule()
         q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
-            graph, graph_ids, dead = self._hnsw, self._hnsw_ids, self._dead
-            pending = self._pending
+            graph, dead, pending = self._hnsw, self._dead, self._pending
         if graph is None:
             return self.exact_twin.search(q, k)
         # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
         # candidates re-scored exactly; more when tombstones take some of them.
         want = max(k + 8, self.rerank)
-        g = len(graph_ids)
-        want_g = min(g, int(np.ceil(want * g / max(1, g - dead))) + (8 if dead else 0))
-        with self._glock:
-            if self._hnsw is not graph:  # swapped by a rebuild meanwhile: use the new one
-                graph, graph_ids = self._hnsw, self._hnsw_ids
+        with self._glock:  # graph and its ids as one (a background slice may extend both)
+            graph, graph_ids = self._hnsw, self._hnsw_ids
+            g = len(graph_ids)
+            want_g = min(g, int(np.ceil(want * g / max(1, g - dead))) + (8 if dead else 0))
             _, pos = graph.search(q.reshape(1, -1), want_g)
         pos = pos[0][pos[0] >= 0]
         cand = graph_ids[pos]
