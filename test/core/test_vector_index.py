@@ -223,6 +223,9 @@ def test_time_window_is_a_binary_search_whatever_the_insert_order():
         inside = alive & (t >= lo) & (t <= hi) & (((xy - 25.0) ** 2).sum(1) <= 400.0)
         assert got.tolist() == ids[inside].tolist()
         assert idx.scanned <= (alive & (t >= lo) & (t <= hi)).sum()  # the window, no more
+    everything = idx.filter_positions(-1.0, 2.0 * n, near=(25.0, 25.0), radius=20.0)
+    inside = alive & (((xy - 25.0) ** 2).sum(1) <= 400.0)  # a window wider than the data
+    assert np.sort(idx.ids_at(everything)).tolist() == ids[inside].tolist()
     idx.add(np.array([n + 1]), _unit(rng, 1), np.array([[5.5, 1.0, 1.0]]))  # one more, late
     assert n + 1 in idx.ids_at(idx.filter_positions(5.0, 6.0)).tolist()
     assert idx.scanned <= 3  # t = 5.0, 5.5, 6.0

@@ -176,6 +176,8 @@ class ExactIndex(VectorIndex):
                 hi = self._tk if t_max is None else int(np.searchsorted(tval, t_max,
                                                                         side="right"))
                 pos = self._tpos[lo:max(lo, hi)]
+                if len(pos) == n:  # every row passes: storage order (the fast path below)
+                    pos = np.arange(n)
             self.scanned = len(pos)
             if near is not None:
                 xy = self._meta[pos, 1:] if len(pos) < n else self._meta[:n, 1:]
