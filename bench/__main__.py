@@ -25,7 +25,7 @@ from bench.common import (
 )
 
 SECTIONS = ("limit", "embed", "query", "prototypes", "save", "ingest", "footprint", "peers",
-            "ros")
+            "ros", "index")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
             run(f"prototypes_{lab}", {**base, "nq": pq},
                 lambda n=n, v=v, pq=pq, before=before: eb.section_prototypes(
                     n, args.seed, v, pq, log, before))
+        if "index" in only:
+            from bench import index_bench
+
+            run(f"index_{lab}", {**base, "nq": min(qn, 200)},
+                lambda n=n, v=v, qn=qn: index_bench.section_index(
+                    n, args.seed, v, min(qn, 200), scratch, log))
         if "footprint" in only:
             rmax = parse_scale(args.rebuild_max)
             run(f"footprint_{lab}", {**base, "rebuild_measured": n <= rmax},

@@ -131,8 +131,10 @@ def open_engine(mem_dir: Path, ds: Dataset, queries: list[dict[str, Any]],
     table = {q["text"]: np.asarray(q["vec"], np.float32) for q in queries}
     emb = LookupEmbedder(ds.model_id, table)
     conf = MemoryConfig.from_mapping({"memory_dir": str(mem_dir), **cfg})
-    return MemoryEngine(conf, clock=clock or (lambda: ds.now), text_embedder=emb,
-                        llm_settings=None)
+    eng = MemoryEngine(conf, clock=clock or (lambda: ds.now), text_embedder=emb,
+                       llm_settings=None)
+    eng.indexes.wait_for_graphs()  # steady state: graphs are built in the background
+    return eng
 
 
 def _timed_search(eng: Any, reqs: list[str]) -> tuple[list[float], list[dict[str, Any]]]:

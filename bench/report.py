@@ -23,6 +23,7 @@ SECTION_TITLES = {
     "embed": "Query embedding cost (excluded from engine-level query figures)",
     "prototypes": "Prototyped fixes for core (before/after)",
     "ros": "ROS round trip (/memory/search)",
+    "index": "Index layer: background graphs, time order, checksummed cache",
 }
 
 
@@ -469,6 +470,7 @@ def write_report(out: Path, report: Path) -> None:
         add("Not measured: " + str((ros or {}).get("skipped") or (ros or {}).get("error")
                                    or "not run"))
     add("")
+    _index_section(add, res)
     add("## " + SECTION_TITLES["limit"])
     add("")
     if bw:
@@ -492,3 +494,55 @@ def write_report(out: Path, report: Path) -> None:
         add("")
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(L) + "\n")
+
+
+def _index_section(add: Any, res: dict[str, Any]) -> None:
+    add("## " + SECTION_TITLES["index"])
+    add("")
+    items = _by_prefix(res, "index")
+    if not items:
+        add("Not run (`python -m bench --only index --scales 100k`).")
+        add("")
+        return
+    add("Command: `.venv/bin/python -m bench --only index --scales 100k --vectors synthetic "
+        "--queries 200` (bench/index_bench.py). Every ratio compares two figures measured in "
+        "the same process on the same data.")
+    add("")
+    for key, v in items:
+        if "error" in v:
+            add(f"- {key}: failed: {v['error']}")
+            continue
+        lab = f"{scale_label(v['n'])} ({v['vectors']})"
+        r, c, t, k = v["rebuild"], v["cold"], v["time_order"], v["cache"]
+        add(f"**{lab}**, {v['nq']} queries per kind, one at a time.")
+        add("")
+        add("| measurement | now | baseline (same run) | ratio |")
+        add("|---|---|---|---|")
+        for kind in ("semantic", "combined"):
+            add(f"| {kind} p50 while every graph is rebuilt in the background ("
+                f"{r['rebuild_s']} s, {len(r['graphs'])} graphs, 2 shared cores; a query "
+                f"every 20 ms) | "
+                f"{_f(r['during'][kind]['p50'])} ms | {_f(r['idle'][kind]['p50'])} ms, "
+                f"graphs idle | {r['ratio_p50'][kind]}x |")
+            add(f"| {kind} p99 while rebuilding | {_f(r['during'][kind]['p99'])} ms | "
+                f"{_f(r['idle'][kind]['p99'])} ms, graphs idle | {r['ratio_p99'][kind]}x |")
+        add(f"| first unfiltered query after a start with no cached graph | "
+            f"{_f(c['first_query_ms'], 2)} ms (exact; notes say so: {c['first_query_noted']}) "
+            f"| {c['inline_build_s']} s: the inline build the previous release ran inside it "
+            f"| {c['first_query_ratio']}x sooner |")
+        q = c["queries_while_building"]
+        add(f"| semantic queries while graphs build from nothing | p50 {_f(q['p50'])} ms, "
+            f"p99 {_f(q['p99'])} ms, exact {_pct(c['exact_while_building'])} | graphs ready "
+            f"after {c['graphs_ready_s']} s (open {c['open_s']} s) | – |")
+        add(f"| combined path, camera rows ({t['rows']}), 5% inserted late | p50 "
+            f"{_f(t['late_now']['p50'])} ms | in time order p50 {_f(t['in_order']['p50'])} ms "
+            f"| {t['ratio_late_vs_in_order']}x |")
+        add(f"| combined path with late rows: previous release (whole-stream mask) | p50 "
+            f"{_f(t['late_before']['p50'])} ms | now p50 {_f(t['late_now']['p50'])} ms | "
+            f"{t['ratio_before_vs_now']}x slower before |")
+        add(f"| start-up with the cache ({k['cache_mb']} MB): open, checksums and sampled "
+            f"verification included | {k['open_s']} s | checksums alone {k['checksum_s']} s "
+            f"| {_pct(k['checksum_share'])} of the open |")
+        add(f"| writing the cache (new generation + manifest rename, fsynced) | "
+            f"{k['persist_s']} s | sampled verification {k['verify_sample_ms']} ms | – |")
+        add("")

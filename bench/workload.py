@@ -316,9 +316,8 @@ def build_store(n: int, seed: int, vectors_kind: str, log=print) -> Path:  # noq
                 pose=Pose(x=float(ds.x[i]), y=float(ds.y[i]), yaw=float(ds.yaw[i]),
                           source="tf"),
                 tags={"brightness": round(float((i * 7919) % 1000) / 1000, 3)},
-                text=texts[i] if texts else f"{st} observation {i}",
-                model_id=ds.model_id))
-        ids = eng.store.insert(rows, [ds.vecs[i] for i in range(s, e)])
+                text=texts[i] if texts else f"{st} observation {i}"))
+        ids = eng.add_embedded(rows, ds.vecs[s:e], ds.model_id)
         if ids[0] != s + 1:
             raise RuntimeError(f"store ids do not start at 1 (got {ids[0]} for row {s})")
     log(f"  inserted {n} rows in {time.perf_counter() - t1:.1f} s")
@@ -327,6 +326,7 @@ def build_store(n: int, seed: int, vectors_kind: str, log=print) -> Path:  # noq
     shutil.rmtree(mem / "index", ignore_errors=True)
     # Reopen: the index is rebuilt from memory.db (HNSW above hnsw_min_rows), then persisted.
     eng = MemoryEngine(cfg, clock=lambda: ds.now, text_embedder=emb, llm_settings=None)
+    eng.indexes.wait_for_graphs()  # built in the background; the cache should hold them
     eng.close()
     rebuild_s = time.perf_counter() - t2
     log(f"  index built and persisted in {rebuild_s:.1f} s")
@@ -361,6 +361,7 @@ def _refresh_index(d: Path, log=print) -> None:  # noqa: ANN001
     t0 = time.perf_counter()
     cfg = MemoryConfig.from_mapping({"memory_dir": str(d / "memory")})
     eng = MemoryEngine(cfg, text_embedder=LookupEmbedder(ds_model), llm_settings=None)
+    eng.indexes.wait_for_graphs()  # graphs are built in the background
     eng.close()  # persists the index
     log(f"  index of {d.name} refreshed for {want} in {time.perf_counter() - t0:.1f} s")
     marker.write_text(json.dumps(want))

@@ -177,15 +177,23 @@ class MemoryEngine:
             "Markdown, %d rows indexed late, in %.2f s", cfg.root, self.store.count(),
             self.indexes.total(), picked, indexed, time.perf_counter() - t0)
 
-    def close(self) -> None:
-        if self.indexes is not None:
+    def close(self) -> bool:
+        """Write the index cache and close the store. Returns True when the cache was written;
+        False when it was not (another process held it, or a write failed: logged), in which
+        case the next start loads the previous cache and catches up from memory.db."""
+        persisted = False
+        if self.indexes is not None and self.store is not None:
             try:
-                self.indexes.persist()
-            except Exception:  # noqa: BLE001 - the index is a cache; log and go on closing
-                log.exception("could not persist the vector index (it will be rebuilt)")
+                persisted = self.indexes.persist()
+            except Exception as exc:  # noqa: BLE001 - the index is a cache; log and go on
+                log.warning("index cache not written (%s: %s); the next start catches up "
+                            "from memory.db", type(exc).__name__, exc)
+        if self.indexes is not None:
+            self.indexes.close()
         if self.store is not None:
             self.store.close()
         self.store = None
+        return persisted
 
     def __enter__(self) -> MemoryEngine:
         return self
@@ -502,6 +510,40 @@ class MemoryEngine:
                         embed: bool = True) -> int:
         """Store one observation; its text (if any) is embedded with the text model."""
         return self.ingestor.add_observation(stream, t, pose, tags, text, blob, blob_ext, embed)
+
+    def add_embedded(self, observations: Sequence[Observation], vectors: Any,
+                     model_id: str) -> list[int]:
+        """Store observations whose vectors were computed elsewhere (an import from another
+        store, a fleet peer, a benchmark), in one transaction, and index them.
+
+        `vectors` is an (n, dim) array, one row per observation, from the embedding model
+        `model_id` (vectors of one model share an index; searches with a `semantic_query`
+        rank them when that model is loaded here). Rows are L2-normalised here (scores are
+        cosine similarities); a dimension other than the model's existing vectors, a
+        non-finite or zero row raise ValueError and store nothing. Returns the new ids."""
+        vecs = np.asarray(vectors, np.float32)
+        if vecs.ndim != 2 or len(vecs) != len(observations):
+            raise ValueError("vectors must be an (n, dim) array, one row per observation")
+        if not isinstance(model_id, str) or not model_id:
+            raise ValueError("model_id must be a non-empty string")
+        if len(vecs) == 0:
+            return []
+        if not np.isfinite(vecs).all():
+            raise ValueError("vectors must be finite")
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise ValueError("a zero vector has no direction to rank by")
+        dim = self.indexes.dim_of(model_id)
+        if dim is not None and vecs.shape[1] != dim:
+            raise ValueError(f"{model_id} vectors here have {dim} dimensions, not "
+                             f"{vecs.shape[1]}")
+        vecs = vecs / norms
+        for obs in observations:
+            obs.model_id = model_id
+        ids = self.store.insert(list(observations), list(vecs))
+        self._streams_cache = None
+        self.sync()
+        return ids
 
     def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
                           jpeg_quality: int = 80) -> list[int]:

@@ -1,19 +1,32 @@
 """The in-memory vector indexes, one per (embedding model, stream), kept in step with memory.db.
 
 The indexes are a cache: `index/` holds their last persisted state (vectors, ids and HNSW
-graphs) with a manifest naming the database and the change-feed position it reflects. At
-start-up a valid cache is loaded and caught up from the feed; a missing, stale or corrupt one
-is rebuilt from memory.db. Never an outage.
+graphs) with a manifest naming the database, the change-feed position it reflects, and the
+size and CRC-32 of every file. At start-up a cache whose files all check out (and whose sampled
+rows agree with memory.db) is loaded and caught up from the feed; a missing, stale, damaged or
+foreign one is rebuilt from memory.db, with one warning naming the file and why. Never an
+outage, never a silently different answer.
+
+Layout: `index/manifest.json` names a generation directory `index/g-<pid>-<time>-<random>/`
+holding the files. A writer fills a new generation directory, then replaces the manifest with
+one rename; `index/.lock` (flock) makes processes sharing the directory take turns.
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import json
 import logging
+import os
 import re
+import secrets
 import shutil
 import threading
 import time
+import weakref
+import zlib
+from pathlib import Path
 
 import numpy as np
 
@@ -25,7 +38,11 @@ from memory_node.core.vectors.faiss_index import HNSWIndex
 log = logging.getLogger("memory_node.index")
 
 Key = tuple[str, str]  # (model_id, stream)
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # 2: files beside the manifest, no checksums
+MANIFEST = "manifest.json"
+LOCK_NAME = ".lock"
+PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's write
 
 
 def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, float, float]:
@@ -46,6 +63,22 @@ class IndexManager:
         self._data_version: int | None = None
         self._lock = threading.RLock()
         self._last_persist = time.monotonic()
+        self._worker = GraphWorker()
+
+    def building(self, key: Key) -> bool:
+        """Whether `key`'s graph is still being built (its unrestricted searches are exact)."""
+        idx = self._indexes.get(key)
+        return idx is not None and idx.building
+
+    def wait_for_graphs(self, timeout_s: float | None = None) -> bool:
+        """Block until the background worker has nothing left to do (benchmarks, tests)."""
+        for idx in list(self._indexes.values()):
+            idx.schedule()
+        return self._worker.wait_idle(timeout_s)
+
+    def close(self) -> None:
+        """Stop graph work (a build in progress stops at its next chunk)."""
+        self._worker.stop()
 
     # ---- lookup -------------------------------------------------------------------------
     def _new(self, dim: int) -> HNSWIndex:
@@ -53,12 +86,19 @@ class IndexManager:
         return make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                           ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
                           gather_max=c.exact_gather_max, storage=c.hnsw_storage,
-                          rerank=c.hnsw_rerank)
+                          rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
 
     def keys_for(self, streams: tuple[str, ...] | None) -> list[Key]:
         with self._lock:
             return [k for k, idx in self._indexes.items()
                     if len(idx) and (streams is None or k[1] in streams)]
+
+    def dim_of(self, model_id: str) -> int | None:
+        """The dimension of `model_id`'s vectors here, or None when it has none yet."""
+        for (m, _), idx in list(self._indexes.items()):
+            if m == model_id:
+                return idx.dim
+        return None
 
     def get(self, key: Key) -> HNSWIndex | None:
         return self._indexes.get(key)
@@ -95,9 +135,13 @@ class IndexManager:
             self._data_version = dv
             applied = 0
             adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]] = {}
+            removes: list[int] = []
             for ch in self.store.vector_changes(self._seq):
                 self._seq = ch.seq
                 if ch.op == "add":
+                    if removes:  # keep the feed's order between runs of adds and removals
+                        self._remove(removes)
+                        removes = []
                     key = (ch.model_id, ch.stream)
                     ids, vecs, metas = adds.setdefault(key, ([], [], []))
                     ids.append(ch.obs_id)
@@ -106,11 +150,17 @@ class IndexManager:
                 else:
                     self._flush(adds)
                     adds = {}
-                    for idx in self._indexes.values():
-                        idx.remove(np.array([ch.obs_id], np.int64))
+                    removes.append(ch.obs_id)  # one removal per run: compaction removes many
                 applied += 1
+            self._remove(removes)
             self._flush(adds)
             return applied
+
+    def _remove(self, ids: list[int]) -> None:
+        if ids:
+            arr = np.asarray(ids, np.int64)
+            for idx in self._indexes.values():
+                idx.remove(arr)
 
     def _flush(self, adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]]) -> None:
         for key, (ids, vecs, metas) in adds.items():
@@ -127,24 +177,44 @@ class IndexManager:
 
     # ---- start-up -------------------------------------------------------------------------
     def load_or_rebuild(self) -> None:
+        """Load the cache if every file in it checks out, else rebuild from memory.db with one
+        warning naming the file and why. Never an outage, never a silently wrong answer."""
         t0 = time.perf_counter()
         how = "loaded"
         try:
-            if not self._load():
+            with CacheLock(self.config.index_dir, shared=True):
+                loaded = self._load()
+            if not loaded:
                 how = "rebuilt (no index cache)"
-                self._rebuild()
-        except Exception as exc:  # noqa: BLE001 - a corrupt cache is rebuilt, never fatal
-            how = f"rebuilt (index cache unusable: {exc})"
-            self._indexes, self._seq = {}, 0
+        except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never fatal
+            damaged = exc if isinstance(exc, CacheDamaged) else CacheDamaged(
+                "index/", f"{type(exc).__name__}: {exc}")
+            self._warn_damaged(damaged)
+            how, loaded = f"rebuilt ({damaged.file}: {damaged.why})", False
+        if not loaded:
             self._rebuild()
         self._data_version = None
         caught_up = self.sync()
+        if loaded:
+            # The files are those the manifest names; this checks that they also say what
+            # memory.db says (a cache copied from another store, a manifest edited by hand).
+            damaged = self._verify_sample()
+            if damaged is not None:
+                self._warn_damaged(damaged)
+                how = f"rebuilt ({damaged.file}: {damaged.why})"
+                self._rebuild()
+                self._data_version = None
+                caught_up = self.sync()
         for idx in self._indexes.values():
-            if len(idx) >= self.config.hnsw_min_rows and idx.exact:
-                idx.build()
+            idx.schedule()  # graphs missing or behind are built in the background
         log.info("vector index %s in %.2f s: %d vectors in %d indexes (+%d from the change "
                  "feed)", how, time.perf_counter() - t0, self.total(), len(self._indexes),
                  caught_up)
+
+    @staticmethod
+    def _warn_damaged(exc: CacheDamaged) -> None:
+        log.warning("index cache file %s unusable (%s): rebuilding the vector index from "
+                    "memory.db", exc.file, exc.why)
 
     def _rebuild(self) -> None:
         self._indexes = {}
@@ -164,71 +234,373 @@ class IndexManager:
 
     def _load(self) -> bool:
         d = self.config.index_dir
-        manifest_path = d / "manifest.json"
+        manifest_path = d / MANIFEST
         if not manifest_path.exists():
             return False
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("version") != MANIFEST_VERSION:
-            raise ValueError("manifest version differs")
+        manifest = _read_manifest(manifest_path)
         if manifest.get("db_uuid") != self.store.get_meta("db_uuid"):
-            raise ValueError("it belongs to another memory.db")
+            raise CacheDamaged(MANIFEST, "it belongs to another memory.db")
         seq = int(manifest["seq"])
         if seq > self.store.max_vector_seq():
-            raise ValueError("it is newer than memory.db")
+            raise CacheDamaged(MANIFEST, "it is newer than memory.db")
+        gen = d / manifest.get("dir", ".")
         indexes: dict[Key, HNSWIndex] = {}
+        unusable: list[tuple[str, int]] = []
         for entry in manifest["keys"]:
             key = (entry["model_id"], entry["stream"])
-            base = d / entry["file"]
-            ids = np.load(base.with_suffix(".ids.npy"))
-            vecs = np.load(base.with_suffix(".vecs.npy"), mmap_mode=None)
-            meta = np.load(base.with_suffix(".meta.npy"))
-            if (len(ids) != entry["n"] or vecs.shape != (entry["n"], entry["dim"])
-                    or meta.shape != (entry["n"], 3)):
-                raise ValueError(f"{entry['file']} does not match the manifest")
-            idx = self._new(entry["dim"])
+            files = entry.get("files")  # version 2 (no checksums): structure checks only
+            base = entry["file"]
+
+            def name(part: str, base: str = base, v2: bool = files is None) -> str:
+                return Path(base).with_suffix("." + part).name if v2 else f"{base}.{part}"
+
+            for part in ("ids.npy", "vecs.npy", "meta.npy"):
+                if files is not None:
+                    _check_file(gen, name(part), files.get(part))
+            ids = _np_load(gen, name("ids.npy"))
+            vecs = _np_load(gen, name("vecs.npy"))
+            meta = _np_load(gen, name("meta.npy"))
+            n, dim = int(entry["n"]), int(entry["dim"])
+            if ids.shape != (n,) or vecs.shape != (n, dim) or meta.shape != (n, 3):
+                raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
+            if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
+                raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
+            if n and (len(np.unique(ids)) != n or ids.min() <= 0):
+                raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
+            idx = self._new(dim)
             idx.add(ids, vecs, meta)
-            if entry.get("hnsw") and not idx.load_graph(base.with_suffix(".hnsw")):
-                log.warning("cached HNSW graph of %s/%s not usable (built with other settings, "
-                            "or damaged): rebuilding it over %d vectors, which can take "
-                            "minutes on a large store", key[0], key[1], len(idx))
+            if entry.get("hnsw"):
+                why = None
+                if files is not None:
+                    try:
+                        _check_file(gen, f"{base}.hnsw", files.get("hnsw"))
+                        _check_file(gen, f"{base}.graph_ids.npy", files.get("graph_ids.npy"))
+                    except CacheDamaged as exc:
+                        why = f"{exc.file}: {exc.why}"
+                if why is None and not idx.load_graph(gen / name("hnsw")):
+                    why = "built with other settings, or damaged"
+                if why is not None:
+                    unusable.append((f"{key[0]}/{key[1]} ({why})", len(idx)))
             indexes[key] = idx
+        if unusable:  # one warning, however many graphs
+            log.warning("cached HNSW graph of %s not usable: rebuilding it over %d vectors, "
+                        "which can take minutes on a large store",
+                        "; ".join(u[0] for u in unusable), sum(u[1] for u in unusable))
         self._indexes, self._seq = indexes, seq
         return True
 
-    # ---- persistence ------------------------------------------------------------------------
-    def persist(self) -> None:
-        """Write the cache atomically: a new directory, then a rename over the old one."""
+    def _verify_sample(self, per_key: int = 32) -> CacheDamaged | None:
+        """Compare a sample of cached rows with memory.db, both ways: each sampled cached
+        vector must be the row's vector there, and sampled rows of the feed that still have a
+        vector must be cached. Cheap (a few hundred primary-key reads)."""
+        rng = np.random.default_rng()
         with self._lock:
-            d = self.config.index_dir
-            tmp = d.with_name(d.name + ".new")
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-            keys = []
             for key, idx in self._indexes.items():
-                base = tmp / _file_base(key)
-                np.save(base.with_suffix(".ids.npy"), idx.ids())
-                np.save(base.with_suffix(".vecs.npy"), idx.exact_twin.vectors())
-                np.save(base.with_suffix(".meta.npy"), idx.exact_twin.meta())
-                has_graph = idx.save_graph(base.with_suffix(".hnsw"))
-                keys.append({"model_id": key[0], "stream": key[1], "file": _file_base(key),
-                             "n": len(idx), "dim": idx.dim, "hnsw": has_graph})
-            manifest = {"version": MANIFEST_VERSION, "db_uuid": self.store.get_meta("db_uuid"),
-                        "seq": self._seq, "keys": keys, "written": time.time()}
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
-            old = d.with_name(d.name + ".old")
-            if old.exists():
-                shutil.rmtree(old)
-            if d.exists():
-                d.rename(old)
-            tmp.rename(d)
-            if old.exists():
-                shutil.rmtree(old)
-            self._last_persist = time.monotonic()
+                ids = idx.ids()
+                if not len(ids):
+                    continue
+                pick = np.unique(np.concatenate([ids[:1], ids[-1:],
+                                                 rng.choice(ids, min(per_key, len(ids)))]))
+                rows = self.store.vector_rows(pick.tolist())
+                twin = idx.exact_twin
+                vecs, meta = twin.get(pick), twin.meta()[twin.positions(pick)]
+                for oid, vec, m in zip(pick.tolist(), vecs, meta):
+                    row = rows.get(oid)
+                    if row is None or (row[1], row[0]) != key:
+                        return CacheDamaged(_file_base(key) + ".ids.npy",
+                                            f"row {oid} is not a {key[1]} vector in memory.db")
+                    db_vec = np.frombuffer(row[5], np.float32)
+                    db_meta = np.asarray(_meta(row[2], row[3], row[4]))
+                    if db_vec.shape != vec.shape or not np.array_equal(db_vec, vec):
+                        return CacheDamaged(_file_base(key) + ".vecs.npy",
+                                            f"the vector of row {oid} differs from memory.db's")
+                    if not np.array_equal(db_meta, m, equal_nan=True):
+                        return CacheDamaged(_file_base(key) + ".meta.npy",
+                                            f"time or place of row {oid} differs from memory.db's")
+            if self._seq:
+                seqs = np.unique(rng.integers(1, self._seq + 1, 64)).tolist()
+                added = self.store.added_ids_at(seqs)
+                for oid, (stream, model_id, *_rest) in self.store.vector_rows(added).items():
+                    if not self.contains(model_id, stream, oid):
+                        return CacheDamaged(MANIFEST, f"row {oid} of memory.db is not cached")
+        return None
+
+    # ---- persistence ------------------------------------------------------------------------
+    def persist(self, lock_timeout_s: float | None = None) -> bool:
+        """Write the cache so that a crash or a kill at any moment leaves the previous cache
+        or the new one, never a mix: the files go into a directory of their own (a name no
+        other process uses), then the manifest naming it replaces the old one in one rename.
+        Processes sharing the directory take turns (a file lock). Returns True when the cache
+        was written, False when another process held the lock for `lock_timeout_s`; raises
+        OSError when it cannot be written (the previous cache then stays as it was)."""
+        d = self.config.index_dir
+        d.mkdir(parents=True, exist_ok=True)
+        if lock_timeout_s is None:
+            lock_timeout_s = PERSIST_LOCK_TIMEOUT_S
+        with self._lock:
+            seq = self._seq
+            snap = [(key, idx, idx.ids(), idx.exact_twin.vectors(), idx.exact_twin.meta())
+                    for key, idx in self._indexes.items()]
+        lock = CacheLock(d, shared=False, timeout_s=lock_timeout_s)
+        if not lock.acquire():
+            log.warning("index cache not written: another process kept %s locked for %.0f s",
+                        d, lock_timeout_s)
+            return False
+        try:
+            gen_name = f"g-{os.getpid()}-{time.time_ns():x}-{secrets.token_hex(3)}"
+            gen = d / gen_name
+            gen.mkdir()
+            keys = []
+            for key, idx, ids, vecs, meta in snap:
+                base = _file_base(key)
+                files = {}
+                for part, arr in (("ids.npy", ids), ("vecs.npy", vecs), ("meta.npy", meta)):
+                    files[part] = _write_npy(gen / f"{base}.{part}", arr)
+                has_graph = idx.save_graph(gen / f"{base}.hnsw")
+                if has_graph:
+                    for part in ("hnsw", "graph_ids.npy"):
+                        files[part] = _file_sum(gen / f"{base}.{part}", fsync=True)
+                keys.append({"model_id": key[0], "stream": key[1], "file": base,
+                             "n": len(ids), "dim": idx.dim, "hnsw": has_graph, "files": files})
+            _fsync_dir(gen)
+            body = {"version": MANIFEST_VERSION, "db_uuid": self.store.get_meta("db_uuid"),
+                    "seq": seq, "dir": gen_name, "keys": keys, "written": time.time()}
+            body["checksum"] = _body_sum(body)
+            tmp = d / f"{MANIFEST}.{gen_name}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(json.dumps(body, indent=1))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, d / MANIFEST)
+            _fsync_dir(d)
+            self._remove_unreferenced(d, gen_name)
+        finally:
+            lock.release()
+        self._last_persist = time.monotonic()
+        return True
+
+    @staticmethod
+    def _remove_unreferenced(d: Path, keep: str) -> None:
+        """Under the lock nobody else writes: what the manifest does not name is left over
+        from an earlier cache, an interrupted write, or the layout before version 3."""
+        for p in d.iterdir():
+            if p.name in (MANIFEST, LOCK_NAME, keep):
+                continue
+            if p.is_dir() and p.name.startswith("g-"):
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.is_file() and (p.name.startswith(MANIFEST + ".") or p.suffix in (
+                    ".npy", ".hnsw", ".tmp")):
+                p.unlink(missing_ok=True)
+        for stale in (d.with_name(d.name + ".new"), d.with_name(d.name + ".old")):
+            if stale.is_dir():  # what releases before version 3 left behind
+                shutil.rmtree(stale, ignore_errors=True)
 
     def maybe_persist(self) -> bool:
         if time.monotonic() - self._last_persist < self.config.index_persist_interval_s:
             return False
-        self.persist()
-        return True
+        return self.persist()
 
+
+# ---- background graph work ----------------------------------------------------------------------
+class GraphWorker:
+    """One background thread at the lowest CPU priority doing every index's graph work (full
+    builds in cancellable chunks, then pending rows in short slices), so no query waits."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or os.cpu_count() or 1
+        _WORKERS.add(self)
+        self._queue: list[HNSWIndex] = []
+        self._cv = threading.Condition()
+        self._busy = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, idx: HNSWIndex) -> None:
+        with self._cv:
+            if self._stopped:
+                return
+            if not any(i is idx for i in self._queue):
+                self._queue.append(idx)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memory-graph-worker",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        try:  # Linux: nice is per thread; the build's OpenMP threads inherit it
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (OSError, AttributeError):
+            pass
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopped:
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                idx = self._queue.pop(0)
+                self._busy = True
+            more = False
+            try:
+                more = idx.work(cancelled=lambda: self._stopped, threads=self.threads)
+            except Exception:  # noqa: BLE001 - searches stay exact; logged once per failure
+                log.exception("building an HNSW graph failed; searches of it stay exact")
+            with self._cv:
+                self._busy = False
+                if more and not self._stopped and not any(i is idx for i in self._queue):
+                    self._queue.append(idx)
+                self._cv.notify_all()
+            time.sleep(0.0005)  # let a query waiting for the graph take it between slices
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._queue and not self._busy, timeout_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        with self._cv:
+            self._stopped = True
+            self._queue.clear()
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+
+_WORKERS: weakref.WeakSet[GraphWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_workers() -> None:
+    """A daemon thread still inside faiss when the interpreter exits aborts the process
+    ("terminate called without an active exception"): stop each worker at its next chunk."""
+    for worker in list(_WORKERS):
+        worker.stop(timeout_s=60.0)
+
+
+# ---- cache files ------------------------------------------------------------------------------
+class CacheDamaged(Exception):
+    """A cache file that cannot be trusted: `file` (relative to index/) and why."""
+
+    def __init__(self, file: str, why: str):
+        super().__init__(f"{file}: {why}")
+        self.file, self.why = file, why
+
+
+class CacheLock:
+    """An advisory lock on index/ shared by every process using the directory: exclusive to
+    write, shared to read. The kernel drops it when its holder dies (even by SIGKILL)."""
+
+    def __init__(self, d: Path, shared: bool, timeout_s: float = 30.0):
+        self.path = d / LOCK_NAME
+        self.shared, self.timeout_s = shared, timeout_s
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if self.shared:  # a read-only store: nobody can be writing the cache either
+                return True
+            raise
+        mode = (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, mode)
+                self._fd = fd
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.02)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
+
+    def __enter__(self) -> CacheLock:
+        if not self.acquire():
+            raise CacheDamaged(LOCK_NAME, f"another process kept it locked {self.timeout_s:.0f} s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _body_sum(body: dict) -> str:
+    rest = {k: v for k, v in body.items() if k != "checksum"}
+    return f"{zlib.crc32(json.dumps(rest, sort_keys=True).encode()):08x}"
+
+
+def _read_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CacheDamaged(MANIFEST, f"not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise CacheDamaged(MANIFEST, "not a JSON object")
+    version = manifest.get("version")
+    if version not in READABLE_VERSIONS:
+        raise CacheDamaged(MANIFEST, f"version {version!r} is not one this release reads")
+    if version >= 3 and manifest.get("checksum") != _body_sum(manifest):
+        raise CacheDamaged(MANIFEST, "its checksum does not match its content")
+    return manifest
+
+
+def _file_sum(path: Path, fsync: bool = False) -> dict:
+    """Size and CRC-32 of a file, read in chunks (about 5 GB/s here: 0.3 s at 1M rows)."""
+    crc, size = 0, 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 23):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+        if fsync:
+            os.fsync(fh.fileno())
+    return {"size": size, "crc32": f"{crc:08x}"}
+
+
+def _check_file(gen: Path, name: str, want: dict | None) -> None:
+    path = gen / name
+    if want is None:
+        raise CacheDamaged(name, "the manifest lists no checksum for it")
+    if not path.is_file():
+        raise CacheDamaged(name, "missing")
+    size = path.stat().st_size
+    if size != want.get("size"):
+        raise CacheDamaged(name, f"{size} bytes where the manifest says {want.get('size')}")
+    if _file_sum(path)["crc32"] != want.get("crc32"):
+        raise CacheDamaged(name, "its checksum differs from the manifest's (damaged or "
+                                 "replaced)")
+
+
+def _np_load(gen: Path, name: str) -> np.ndarray:
+    try:
+        return np.load(gen / name, allow_pickle=False)
+    except FileNotFoundError:
+        raise CacheDamaged(name, "missing") from None
+    except Exception as exc:  # noqa: BLE001 - truncated or not an .npy file
+        raise CacheDamaged(name, f"not a readable array ({type(exc).__name__})") from None
+
+
+def _write_npy(path: Path, arr: np.ndarray) -> dict:
+    with open(path, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return _file_sum(path)
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

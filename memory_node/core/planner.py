@@ -98,6 +98,9 @@ class QueryPlanner:
                 qv = qvecs.get(key[0])
                 if qv is None:
                     continue
+                if self.indexes.building(key):
+                    notes.append(f"exact search over {key[1]}: its graph index is being built"
+                                 " in the background")
                 i, s = self.indexes.get(key).search(qv, req.k)
                 scored_ids.append(i)
                 scored_vals.append(s)

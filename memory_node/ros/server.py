@@ -205,8 +205,11 @@ class MemoryServer(LifecycleNode):
     def close_engine(self) -> None:
         with self._lock:
             if self.engine is not None:
-                self.engine.close()
-                self.get_logger().info("memory closed")
+                persisted = self.engine.close()
+                self.get_logger().info(
+                    "memory closed (index persisted)" if persisted else
+                    "memory closed (index cache not written: the next start catches up "
+                    "from memory.db)")
             self.engine = None
 
     def _maintain(self) -> None:

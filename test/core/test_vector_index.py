@@ -151,3 +151,81 @@ def test_ties_break_by_newest_id():
 def test_unknown_kind():
     with pytest.raises(ValueError, match="unknown index kind"):
         make_index("annoy", 4)
+
+
+def test_graph_work_is_never_done_inside_a_search():
+    """With a scheduler (the engine's background worker), searches stay exact while no graph
+    is ready, find rows added since the graph was built, skip removed rows, and never build."""
+    rng = np.random.default_rng(6)
+    scheduled = []
+    idx = make_index("hnsw", DIM, min_rows=50, ef_search=256, scheduler=scheduled.append)
+    ids = np.arange(1, 1201, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    idx.add(ids[:1000], vecs[:1000])
+    assert scheduled and idx.building and idx.builds == 0
+    q = _unit(rng, 1)[0]
+    assert idx.search(q, 5)[0].tolist() == _brute(ids[:1000], vecs[:1000], q, 5)[0].tolist()
+    assert idx.builds == 0  # the search did not build
+
+    while idx.work():  # what the worker does, in the background
+        pass
+    assert not idx.building and idx.builds == 1
+
+    idx.add(ids[1000:], vecs[1000:])  # new rows: searchable at once, exactly
+    assert idx.pending == 200
+    assert idx.search(vecs[1099], 1)[0].tolist() == [1100]
+    while idx.work():
+        pass
+    assert idx.pending == 0 and idx.builds == 1  # added to the live graph, not rebuilt
+    assert idx.search(vecs[1099], 1)[0].tolist() == [1100]
+
+    gone = ids[::10]  # compaction removes 10%: tombstones, no rebuild
+    idx.remove(gone)
+    keep = ~np.isin(ids, gone)
+    for _ in range(20):
+        q = _unit(rng, 1)[0]
+        got = idx.search(q, 5)[0]
+        assert not np.isin(got, gone).any()
+        want = _brute(ids[keep], vecs[keep], q, 5)[0]
+        assert len(set(got.tolist()) & set(want.tolist())) >= 4
+    assert idx.builds == 1
+    idx.remove(ids[1::4])  # beyond a fifth of the graph removed: rebuilt, in the background
+    assert idx.builds == 1 and idx.needs_work()
+    while idx.work():
+        pass
+    assert idx.builds == 2
+
+
+def test_time_window_is_a_binary_search_whatever_the_insert_order():
+    """Rows arriving out of time order (an older bag replayed, notes with past stamps) keep
+    the window cut by binary search: exact, and only the window's rows are compared."""
+    from memory_node.core.vectors import ExactIndex
+
+    rng = np.random.default_rng(8)
+    idx = ExactIndex(DIM)
+    n = 20000
+    t = np.arange(n, dtype=np.float64)
+    late = rng.choice(n, n // 20, replace=False)  # 5% arrive late, in random order
+    order = np.concatenate([np.setdiff1d(np.arange(n), late), rng.permutation(late)])
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    xy = rng.uniform(0, 50, (n, 2))
+    for chunk in np.array_split(order, 40):
+        meta = np.column_stack([t[chunk], xy[chunk]])
+        idx.add(ids[chunk], _unit(rng, len(chunk)), meta)
+    gone = rng.choice(ids, 500, replace=False)
+    idx.remove(gone)
+    alive = ~np.isin(ids, gone)
+    for _ in range(30):
+        lo = float(rng.uniform(0, n))
+        hi = lo + float(rng.uniform(0, n / 50))
+        pos = idx.filter_positions(lo, hi, near=(25.0, 25.0), radius=20.0)
+        got = np.sort(idx.ids_at(pos))
+        inside = alive & (t >= lo) & (t <= hi) & (((xy - 25.0) ** 2).sum(1) <= 400.0)
+        assert got.tolist() == ids[inside].tolist()
+        assert idx.scanned <= (alive & (t >= lo) & (t <= hi)).sum()  # the window, no more
+    everything = idx.filter_positions(-1.0, 2.0 * n, near=(25.0, 25.0), radius=20.0)
+    inside = alive & (((xy - 25.0) ** 2).sum(1) <= 400.0)  # a window wider than the data
+    assert np.sort(idx.ids_at(everything)).tolist() == ids[inside].tolist()
+    idx.add(np.array([n + 1]), _unit(rng, 1), np.array([[5.5, 1.0, 1.0]]))  # one more, late
+    assert n + 1 in idx.ids_at(idx.filter_positions(5.0, 6.0)).tolist()
+    assert idx.scanned <= 3  # t = 5.0, 5.5, 6.0

@@ -441,6 +441,32 @@ class SqliteObservationStore(ObservationStore):
             else:
                 yield VectorChange(seq, oid, "del")
 
+    def vector_rows(self, ids: Sequence[int]) -> dict[int, tuple]:
+        """{id: (stream, model_id, t, x, y, blob)} for the given ids that have a vector."""
+        out: dict[int, tuple] = {}
+        ids = [int(i) for i in ids]
+        with self._rlock:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start:start + 900]
+                marks = ",".join("?" * len(chunk))
+                for row in self._r.execute(
+                    "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.embedding"
+                    " FROM observations o JOIN vectors v ON v.id = o.id"
+                    f" WHERE o.id IN ({marks})", chunk
+                ):
+                    out[row[0]] = row[1:]
+        return out
+
+    def added_ids_at(self, seqs: Sequence[int]) -> list[int]:
+        """Observation ids whose vector was added at the given change-feed positions."""
+        seqs = [int(s) for s in seqs][:900]
+        if not seqs:
+            return []
+        marks = ",".join("?" * len(seqs))
+        with self._rlock:
+            return [r[0] for r in self._r.execute(
+                f"SELECT obs_id FROM vector_log WHERE op = 'add' AND seq IN ({marks})", seqs)]
+
     def all_vectors(self) -> Iterator[tuple]:
         """(id, stream, model_id, t, x, y, blob) of every vector, in id order, for rebuilds."""
         with self._rlock:

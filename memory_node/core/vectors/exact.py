@@ -26,9 +26,16 @@ class ExactIndex(VectorIndex):
         self._ids = np.empty(0, np.int64)
         self._vecs = np.empty((0, dim), np.float32)
         self._meta = np.empty((0, 3), np.float64)  # t, x, y
-        self._t_sorted = True  # whether t is non-decreasing (NaN-free) in row order
+        # Time order, whatever the insert order: positions of rows [0, _tn) sorted by t (rows
+        # with no time left out), with their times; rows from _tn on are merged in lazily.
+        self._tpos = np.empty(0, np.int64)
+        self._tval = np.empty(0, np.float64)
+        self._tk = 0  # entries used in _tpos/_tval
+        self._tn = 0  # rows covered
+        self.scanned = 0  # rows whose time or place the last filter compared (diagnostics)
         self._n = 0
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._ids_increasing = True  # ids strictly increase with position: no sort needed
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -61,12 +68,10 @@ class ExactIndex(VectorIndex):
                 new_vecs[: self._n] = self._vecs[: self._n]
                 new_meta[: self._n] = self._meta[: self._n]
                 self._ids, self._vecs, self._meta = new_ids, new_vecs, new_meta
-            t_new = meta[:, 0]
-            if self._t_sorted and (
-                np.isnan(t_new).any() or (len(t_new) > 1 and (np.diff(t_new) < 0).any())
-                or (self._n and t_new[0] < self._meta[self._n - 1, 0])
-            ):
-                self._t_sorted = False
+            if self._ids_increasing and (
+                    (len(ids) > 1 and (np.diff(ids) <= 0).any())
+                    or (self._n and ids[0] <= self._ids[self._n - 1])):
+                self._ids_increasing = False
             self._ids[self._n : need] = ids
             self._vecs[self._n : need] = vectors
             self._meta[self._n : need] = meta
@@ -79,54 +84,101 @@ class ExactIndex(VectorIndex):
             keep = ~np.isin(self._ids[: self._n], ids)
             removed = int(self._n - keep.sum())
             if removed:
+                self._cover_times(self._n)
                 self._ids = self._ids[: self._n][keep].copy()
                 self._vecs = self._vecs[: self._n][keep].copy()
                 self._meta = self._meta[: self._n][keep].copy()
+                new_pos = np.cumsum(keep) - 1  # old position -> new position
+                tpos = self._tpos[: self._tk]
+                alive = keep[tpos]
+                self._tpos = new_pos[tpos[alive]]
+                self._tval = self._tval[: self._tk][alive]
+                self._tk = self._tn = len(self._tpos)
                 self._n = len(self._ids)
-                t = self._meta[:, 0]
-                self._t_sorted = not np.isnan(t).any() and bool((np.diff(t) >= 0).all())
                 self._sorted = None
+                ids_now = self._ids[: self._n]
+                self._ids_increasing = bool((np.diff(ids_now) > 0).all())
             return removed
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Row positions of the given ids (ids not in the index are dropped)."""
+        ids = np.asarray(ids, np.int64)
         with self._lock:
-            if self._sorted is None:
-                order = np.argsort(self._ids[: self._n], kind="stable")
-                self._sorted = (self._ids[: self._n][order], order)
-            sorted_ids, order = self._sorted
+            if self._ids_increasing:  # the usual case (ids grow): no sort after each add
+                sorted_ids, order = self._ids[: self._n], None
+            else:
+                if self._sorted is None:
+                    order = np.argsort(self._ids[: self._n], kind="stable")
+                    self._sorted = (self._ids[: self._n][order], order)
+                sorted_ids, order = self._sorted
         if len(sorted_ids) == 0:
             return np.empty(0, np.int64)
         idx = np.searchsorted(sorted_ids, ids)
         idx[idx >= len(sorted_ids)] = 0
         hit = sorted_ids[idx] == ids
-        return order[idx[hit]]
+        return idx[hit] if order is None else order[idx[hit]]
+
+    def ids_at(self, positions: np.ndarray) -> np.ndarray:
+        with self._lock:
+            return self._ids[: self._n][positions]
+
+    def score_ids(self, ids: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, inner products) of the given ids that are in the index, in one consistent
+        view (a concurrent removal cannot shift positions in between)."""
+        q = np.asarray(query, np.float32).reshape(-1)
+        with self._lock:
+            pos = self.positions(np.asarray(ids, np.int64))
+            return self._ids[: self._n][pos], self._vecs[: self._n][pos] @ q
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         return self._vecs[self.positions(np.asarray(ids, np.int64))]
+
+    def _cover_times(self, n: int) -> None:
+        """Bring the time order up to row n: rows that arrived in time order are appended;
+        others (a replayed older bag, notes with past stamps) merged in, O(rows) once."""
+        if self._tn >= n:
+            return
+        new = np.arange(self._tn, n)
+        t = self._meta[self._tn:n, 0]
+        ok = ~np.isnan(t)
+        new, t = new[ok], t[ok]
+        order = np.argsort(t, kind="stable")
+        new, t = new[order], t[order]
+        k = self._tk
+        if len(t) and k and t[0] < self._tval[k - 1]:  # out of order: one merge
+            at = np.searchsorted(self._tval[:k], t, side="right")
+            self._tpos = np.insert(self._tpos[:k], at, new)
+            self._tval = np.insert(self._tval[:k], at, t)
+        else:
+            if k + len(t) > len(self._tpos):
+                cap = max(k + len(t), 2 * len(self._tpos), 1024)
+                self._tpos = np.resize(self._tpos, cap)
+                self._tval = np.resize(self._tval, cap)
+            self._tpos[k:k + len(t)] = new
+            self._tval[k:k + len(t)] = t
+        self._tk = k + len(t)
+        self._tn = n
 
     def filter_positions(self, t_min: float | None = None, t_max: float | None = None,
                          near: tuple[float, float] | None = None, radius: float = 0.0
                          ) -> np.ndarray:
         """Positions of rows with t_min <= t <= t_max and (x-nx)² + (y-ny)² <= r² — the same
-        comparisons, in float64, as the SQL filters, so both select the same rows."""
+        comparisons, in float64, as the SQL filters, so both select the same rows. A time
+        window is a binary search in the time order, whatever order rows arrived in."""
         with self._lock:
             n = self._n
-            t = self._meta[:n, 0]
-            lo, hi = 0, n
-            if self._t_sorted:  # rows arrive in time order: the window is a slice
-                if t_min is not None:
-                    lo = int(np.searchsorted(t, t_min, side="left"))
-                if t_max is not None:
-                    hi = int(np.searchsorted(t, t_max, side="right"))
-                pos = np.arange(lo, max(lo, hi))
+            if t_min is None and t_max is None:
+                pos = np.arange(n)
             else:
-                mask = np.ones(n, bool)
-                if t_min is not None:
-                    mask &= t >= t_min
-                if t_max is not None:
-                    mask &= t <= t_max
-                pos = np.flatnonzero(mask)
+                self._cover_times(n)
+                tval = self._tval[: self._tk]
+                lo = 0 if t_min is None else int(np.searchsorted(tval, t_min, side="left"))
+                hi = self._tk if t_max is None else int(np.searchsorted(tval, t_max,
+                                                                        side="right"))
+                pos = self._tpos[lo:max(lo, hi)]
+                if len(pos) == n:  # every row passes: storage order (the fast path below)
+                    pos = np.arange(n)
+            self.scanned = len(pos)
             if near is not None:
                 xy = self._meta[pos, 1:] if len(pos) < n else self._meta[:n, 1:]
                 dx = xy[:, 0] - near[0]

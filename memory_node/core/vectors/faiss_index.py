@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import faiss
@@ -73,21 +75,34 @@ class FaissFlatIndex(VectorIndex):
 
 
 HNSW_STORAGES = ("sq8", "flat")
+# A graph whose removed rows exceed this share of its nodes is rebuilt (in the background).
+DEAD_REBUILD_SHARE = 0.2
+# The most time a background step holds the graph while adding rows to it (queries wait that
+# long at most); rows are added in chunks sized to it.
+EXTEND_SLICE_S = 0.01
 
 
 class HNSWIndex(VectorIndex):
     """HNSW (inner product) for unrestricted search once a stream is large; exact otherwise.
 
     Below `min_rows` vectors the graph is not built and every search is exact. `storage`
-    "sq8" keeps 8-bit codes in the graph and re-scores its best `rerank` candidates exactly
-    with the twin's float vectors; "flat" keeps float copies in the graph.
+    "sq8" keeps 8-bit codes in the graph; "flat" keeps float copies. Either way the graph only
+    proposes candidates: the best `rerank` are re-scored exactly with the twin's vectors.
+
+    With a `scheduler` (what the engine's `IndexManager` passes: a background worker), a query
+    never waits for graph work: until a graph is ready, unrestricted searches are exact
+    (`building` says so); rows added later are searched exactly (`pending`) until the worker
+    has added them to the graph; removed rows stay in the graph as tombstones that searches
+    skip, and the graph is rebuilt in the background once they exceed `DEAD_REBUILD_SHARE`.
+    Without a scheduler (a standalone index) the same work runs inside the search.
     """
 
     name = "hnsw"
 
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
                  ef_search: int = 128, min_rows: int = 20000, gather_max: int = 20000,
-                 storage: str = "sq8", rerank: int = 40):
+                 storage: str = "sq8", rerank: int = 40,
+                 scheduler: Callable[[HNSWIndex], None] | None = None):
         super().__init__(dim)
         if storage not in HNSW_STORAGES:
             raise ValueError(f"unknown HNSW storage {storage!r}; known: {HNSW_STORAGES}")
@@ -95,14 +110,27 @@ class HNSWIndex(VectorIndex):
         self.storage, self.rerank = storage, rerank
         self.min_rows = min_rows
         self.exact_twin = ExactIndex(dim, gather_max=gather_max)
+        self.scheduler = scheduler
         self._hnsw: faiss.Index | None = None
-        self._hnsw_ids = np.empty(0, np.int64)  # hnsw position -> observation id
-        self._dirty = False
-        self._lock = threading.RLock()
+        self._hnsw_ids = np.empty(0, np.int64)  # graph position -> observation id
+        self._pending = np.empty(0, np.int64)  # ids in the twin, not yet in the graph
+        self._dead = 0  # graph nodes whose id was removed since (tombstones)
+        self._rebuild_asked = False
+        self.builds = 0  # graphs built over the whole index (not counting rows added later)
+        self._scheduled = False
+        self._chunk = 16  # pending rows added per background step, sized to EXTEND_SLICE_S
+        self._lock = threading.RLock()  # state above
+        self._glock = threading.Lock()  # the faiss graph object (search vs add)
 
     @property
     def exact(self) -> bool:
         return self._hnsw is None
+
+    @property
+    def building(self) -> bool:
+        """True while the index is large enough for a graph but has none ready: unrestricted
+        searches are then exact (slower, same answers)."""
+        return self._hnsw is None and len(self) >= self.min_rows
 
     def __len__(self) -> int:
         return len(self.exact_twin)
@@ -120,24 +148,6 @@ class HNSWIndex(VectorIndex):
         index.hnsw.efSearch = self.ef_search
         return index
 
-    def build(self) -> None:
-        """(Re)build the graph from the exact twin's vectors, on every core (queries stay on
-        one thread: that is faster for a single query)."""
-        with self._lock:
-            graph = self._new_graph()
-            vecs = np.ascontiguousarray(self.exact_twin.vectors())
-            if len(vecs):
-                faiss.omp_set_num_threads(os.cpu_count() or 1)
-                try:
-                    if not graph.is_trained:  # 8-bit codes: per-dimension ranges first
-                        graph.train(vecs)
-                    graph.add(vecs)
-                finally:
-                    faiss.omp_set_num_threads(1)
-            graph.hnsw.efSearch = self.ef_for(len(vecs))
-            self._hnsw, self._hnsw_ids = graph, self.exact_twin.ids()
-            self._dirty = False
-
     def ef_for(self, n: int) -> int:
         """efSearch grows with the graph: recall@5 fell to 0.92 at 1M rows with 128, while
         100k rows of MiniLM captions already reach 1.000 with 32."""
@@ -150,57 +160,190 @@ class HNSWIndex(VectorIndex):
                 and graph.hnsw.nb_neighbors(1) == self.m
                 and graph.hnsw.efConstruction == self.ef_construction)
 
+    # ---- graph work: in the background with a scheduler, else inline ----------------------
+    def needs_work(self) -> bool:
+        with self._lock:
+            if len(self) < self.min_rows:
+                return False
+            return self._needs_build() or len(self._pending) > 0
+
+    def _needs_build(self) -> bool:
+        return (self._hnsw is None or self._rebuild_asked
+                or self._dead > DEAD_REBUILD_SHARE * max(1, len(self._hnsw_ids)))
+
+    def request_rebuild(self) -> None:
+        """Rebuild the graph in the background (the current one serves until then)."""
+        with self._lock:
+            self._rebuild_asked = True
+        self.schedule()
+
+    def schedule(self) -> None:
+        """Ask the scheduler for graph work if there is any (no-op without one)."""
+        if self.scheduler is None:
+            return
+        with self._lock:
+            if self._scheduled or not self.needs_work():
+                return
+            self._scheduled = True
+        self.scheduler(self)
+
+    def work(self, cancelled: Callable[[], bool] = lambda: False,
+             threads: int | None = None) -> bool:
+        """One step of graph work: a full build, or adding a slice of pending rows. Returns
+        whether more work remains. Called by the scheduler's worker (or inline)."""
+        with self._lock:
+            self._scheduled = False
+            if len(self) < self.min_rows:
+                return False
+            rebuild = self._needs_build()
+        if rebuild:
+            self._build(cancelled, threads)
+        else:
+            self._extend(EXTEND_SLICE_S)
+        return self.needs_work()
+
+    def build(self) -> None:
+        """Build the graph now, on every core, and add every pending row (benchmarks, tests
+        and standalone use; the engine builds in the background)."""
+        self._build(lambda: False, os.cpu_count() or 1)
+        while self._extend(None):
+            pass
+
+    def _build(self, cancelled: Callable[[], bool], threads: int | None) -> None:
+        with self._lock:
+            self._rebuild_asked = False
+            ids = self.exact_twin.ids()
+            vecs = self.exact_twin.vectors()  # rows below n are never written again
+        graph = self._new_graph()
+        if len(vecs):
+            if threads:
+                faiss.omp_set_num_threads(threads)  # this thread only (an OpenMP setting)
+            try:
+                if not graph.is_trained:  # 8-bit codes: per-dimension ranges first
+                    graph.train(np.ascontiguousarray(vecs[: 200_000]))
+                for start in range(0, len(vecs), 2048):  # cancellable between chunks
+                    if cancelled():
+                        return
+                    graph.add(np.ascontiguousarray(vecs[start:start + 2048]))
+            finally:
+                if threads:
+                    faiss.omp_set_num_threads(1)
+        self._adopt(graph, ids)
+        self.builds += 1
+
+    @property
+    def pending(self) -> int:
+        """Rows searched exactly beside the graph until the background adds them to it."""
+        return len(self._pending)
+
+    def _adopt(self, graph: faiss.Index, graph_ids: np.ndarray) -> None:
+        """Make `graph` (whose node i holds id graph_ids[i]) the live one: rows added since
+        are pending, rows removed since are tombstones."""
+        with self._lock:
+            cur = self.exact_twin.ids()
+            live = np.isin(graph_ids, cur)
+            pending = np.setdiff1d(cur, graph_ids[live])
+            graph.hnsw.efSearch = self.ef_for(len(cur))
+            with self._glock:
+                self._hnsw, self._hnsw_ids = graph, np.asarray(graph_ids, np.int64)
+            self._pending = pending
+            self._dead = int((~live).sum())
+
+    def _extend(self, slice_s: float | None) -> bool:
+        """Add pending rows to the graph: one chunk sized to hold the graph about `slice_s`
+        (queries wait that long at most), or all of them (None). Returns whether rows remain
+        pending."""
+        while True:
+            with self._lock:
+                if self._hnsw is None or not len(self._pending):
+                    return False
+                take = self._pending[: self._chunk if slice_s is not None else 4096]
+                pos = self.exact_twin.positions(take)
+                ids = self.exact_twin.ids_at(pos)
+                vecs = np.ascontiguousarray(self.exact_twin.vectors()[pos])
+                t0 = time.perf_counter()
+                with self._glock:
+                    self._hnsw.add(vecs)
+                    self._hnsw_ids = np.concatenate([self._hnsw_ids, ids])
+                self._pending = self._pending[len(take):]
+                if slice_s is not None:
+                    per_row = (time.perf_counter() - t0) / max(1, len(take))
+                    self._chunk = int(min(4096, max(1, slice_s / max(per_row, 1e-7))))
+                    return len(self._pending) > 0
+
+    # ---- the index interface ------------------------------------------------------------------
     def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
         ids, vectors = self._check(ids, vectors)
         with self._lock:
             self.exact_twin.add(ids, vectors, meta)
-            if self._hnsw is not None and not self._dirty:
-                self._hnsw.add(vectors)
-                self._hnsw_ids = np.concatenate([self._hnsw_ids, ids])
+            if self._hnsw is not None:
+                self._pending = np.concatenate([self._pending, ids])
+        self.schedule()
 
     def remove(self, ids: np.ndarray) -> int:
+        ids = np.asarray(ids, np.int64).reshape(-1)
         with self._lock:
             removed = self.exact_twin.remove(ids)
             if removed and self._hnsw is not None:
-                self._dirty = True  # HNSW cannot delete: rebuilt on next unrestricted search
-            return removed
+                # Tombstones: searches drop ids the twin no longer has (no rebuild here).
+                self._dead += int(np.isin(ids, self._hnsw_ids).sum())
+                self._pending = self._pending[~np.isin(self._pending, ids)]
+        if removed:
+            self.schedule()
+        return removed
 
     def search(
         self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         if candidates is not None:
             return self.exact_twin.search(query, k, candidates)
+        n = len(self)
+        if n < self.min_rows:
+            return self.exact_twin.search(query, k)
+        if self.scheduler is None:  # standalone: do the graph work inline
+            while self.needs_work():
+                self.work(threads=os.cpu_count() or 1)
+        else:
+            self.schedule()
+        q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
-            if len(self) < self.min_rows:
-                return self.exact_twin.search(query, k)
-            if self._hnsw is None or self._dirty:
-                self.build()
-            q = np.asarray(query, np.float32).reshape(1, -1)
-            # A few more than k so ties at the boundary are broken by id like the rest; with
-            # 8-bit codes, `rerank` candidates re-scored exactly.
-            want = k + 8 if self.storage == "flat" else max(k + 8, self.rerank)
-            scores, pos = self._hnsw.search(q, min(len(self), want))
-            pos = pos[0][pos[0] >= 0]
-            if self.storage == "flat":
-                scores = scores[0][: len(pos)]
-            else:  # graph position == twin position while the graph is clean
-                scores = self.exact_twin.vectors()[pos] @ q[0]
-            ids = self._hnsw_ids[pos]
-        return top_k(ids, scores.astype(np.float32), k)
+            graph, dead, pending = self._hnsw, self._dead, self._pending
+        if graph is None:
+            return self.exact_twin.search(q, k)
+        # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
+        # candidates re-scored exactly; more when tombstones take some of them.
+        want = max(k + 8, self.rerank)
+        with self._glock:  # graph and its ids as one (a background slice may extend both)
+            graph, graph_ids = self._hnsw, self._hnsw_ids
+            g = len(graph_ids)
+            want_g = min(g, int(np.ceil(want * g / max(1, g - dead))) + (8 if dead else 0))
+            _, pos = graph.search(q.reshape(1, -1), want_g)
+        pos = pos[0][pos[0] >= 0]
+        cand = graph_ids[pos]
+        if len(pending):
+            cand = np.concatenate([cand, pending])
+        ids, scores = self.exact_twin.score_ids(np.unique(cand), q)
+        if len(ids) - min(len(pending), len(ids)) < min(k, n - len(pending)):
+            return self.exact_twin.search(q, k)  # tombstones took too many: exact instead
+        return top_k(ids, scores, k)
 
     # ---- persistence of the graph (the expensive part to rebuild) -------------------------
     def save_graph(self, path: Path) -> bool:
+        """Write the graph and its node ids (tombstones included; the loader drops them)."""
         with self._lock:
-            if self._hnsw is None or self._dirty:
+            if self._hnsw is None:
                 return False
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            faiss.write_index(self._hnsw, str(tmp))
-            np.save(path.with_suffix(".graph_ids.npy"), self._hnsw_ids)
-            tmp.replace(path)
-            return True
+            with self._glock:
+                tmp = path.with_suffix(path.suffix + ".tmp")
+                faiss.write_index(self._hnsw, str(tmp))
+                graph_ids = self._hnsw_ids.copy()
+        np.save(path.with_suffix(".graph_ids.npy"), graph_ids)
+        tmp.replace(path)
+        return True
 
     def load_graph(self, path: Path) -> bool:
-        """Adopt a saved graph if it covers exactly a prefix of the current ids; else False."""
+        """Adopt a saved graph built with the same settings: rows it lacks become pending,
+        rows it has that are gone become tombstones. False (and no change) otherwise."""
         try:
             graph = faiss.read_index(str(path))  # already of its concrete class
             ids = np.load(path.with_suffix(".graph_ids.npy"))
@@ -208,15 +351,8 @@ class HNSWIndex(VectorIndex):
             return False
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
-        with self._lock:
-            cur = self.exact_twin.ids()
-            if graph.ntotal != len(ids) or len(ids) > len(cur):
-                return False
-            if not np.array_equal(cur[: len(ids)], ids):
-                return False
-            graph.hnsw.efSearch = self.ef_for(len(cur))
-            rest = cur[len(ids):]
-            if len(rest):
-                graph.add(np.ascontiguousarray(self.exact_twin.get(rest)))
-            self._hnsw, self._hnsw_ids, self._dirty = graph, cur, False
-            return True
+        if graph.ntotal != len(ids) or ids.dtype != np.int64:
+            return False
+        self._adopt(graph, ids)
+        self.schedule()
+        return True
