@@ -351,7 +351,7 @@ class MemoryEngine:
             if value is not None and value is not False:
                 raise BadRequest(f"'{name}' is not supported yet by this memory ({feature})")
         cfg = self.config
-        plan = plan_search(query, now=self.clock(), known_streams=_StreamNames(self),
+        plan = plan_search(query, now=self.clock, known_streams=_StreamNames(self),
                            k_default=cfg.k_default, k_max=cfg.k_max)
         if plan.tags or plan.order_by not in ("score", "time", "-time"):
             # A store without a tag catalogue (the fleet store) leaves tag names unchecked.

@@ -10,7 +10,7 @@ wrong is reported as `BadRequest` before any storage is touched.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -186,9 +186,11 @@ def read_save(raw: Any, *, max_bytes: int) -> SaveNote:
     return validate(SaveNote, body)
 
 
-def plan_search(q: SearchQuery, *, now: float, known_streams: Collection[str],
-                k_default: int, k_max: int) -> SearchPlan:
-    """Resolve times against `now`, check the streams, default and cap k."""
+def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
+                known_streams: Collection[str], k_default: int, k_max: int) -> SearchPlan:
+    """Resolve times against `now`, check the streams, default and cap k. `now` may be the
+    clock itself: it is read only for "seconds ago" fields (a node under simulated time has
+    no clock before its first /clock, and a search that needs none still works)."""
     plan = SearchPlan(k=k_default)
     names = q.stream_names
     if names is not None:
@@ -202,7 +204,10 @@ def plan_search(q: SearchQuery, *, now: float, known_streams: Collection[str],
     plan.near_here = bool(q.near_here)
     if q.radius is not None:
         plan.radius = float(q.radius)
-    plan.t_min, plan.t_max = q.time_window(now)
+    if q.after_seconds_ago is not None or q.before_seconds_ago is not None:
+        plan.t_min, plan.t_max = q.time_window(now() if callable(now) else now)
+    else:
+        plan.t_min, plan.t_max = q.time_window(0.0)  # absolute bounds only
     plan.tags = dict(q.tags or {})
     if q.order_by is None:
         plan.order_by = "score" if plan.semantic_query else "-time"
