@@ -142,7 +142,7 @@ def _ros_variant(d: Path, ds: Any, queries: list[dict[str, Any]], caller: Any, f
 
 def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path,
                        log: Log, python: str | None = None,
-                       one_process: bool = False) -> dict[str, Any]:
+                       one_process: bool = False, domain: int | None = None) -> dict[str, Any]:
     """The recorder fed by `memory-replay` of the sample Go2-like bag at each rate.
 
     The bag (memory_node.sim: camera 12 Hz, lidar 8 Hz, odometry 20 Hz, TF) is generated once
@@ -162,7 +162,7 @@ def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path
 
     sample = load_sample(CACHE_DIR / f"go2_bag_{int(duration_s)}", seed=7,
                          duration_s=duration_s)
-    env = isolated_env(int(DOMAIN_ID) + 1)
+    env = isolated_env(int(DOMAIN_ID) + 1 if domain is None else domain)
     out: dict[str, Any] = {"bag_duration_s": duration_s, "rates": {},
                            "node": "memory-node" if one_process else "memory-recorder"}
     for rate in rates:
