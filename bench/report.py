@@ -532,15 +532,20 @@ def _tf_load_section(tl: dict[str, Any], add: Any) -> None:
         "deserialized by rclpy), *fixed* this branch (one listener reading CDR bytes).")
     add("")
     cfgs = tl.get("configs", {})
-    add("| code | notes (stale) | pose error max / p50 m | pose age p50 / max s | "
+    add("| code | notes (stale) | notes > 0.05 m off | pose error max / p50 m | "
+        "pose age p50 / max s | "
         "TF msgs/s published / processed | CPU % memory-node | CPU % publisher | "
         "received / published (cam, lidar, odom) | recorder dropped (cam, lidar, odom) | "
         "SIGINT stop s, exit |")
-    add("|---|---|---|---|---|---|---|---|---|---|")
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, c in cfgs.items():
         if "error" in c:
-            add(f"| {label} | error: {c['error']} |||||||||")
+            add(f"| {label} | error: {c['error']} ||||||||||")
             continue
+        off = [n for n in c.get("note_rows", []) if n.get("err_m", 0.0) > 0.05]
+        off_s = str(len(off)) + (" (" + ", ".join(f"{n['err_m']} m at {n['after_s']:g} s into "
+                                                  f"stop {n['stop']}" for n in off[:3]) + ")"
+                                 if off else "")
         rec = c.get("recorder", {})
         streams = ("camera", "lidar", "odom")
         recv = ", ".join(f"{rec.get(s, {}).get('received', '?')}/"
@@ -549,7 +554,8 @@ def _tf_load_section(tl: dict[str, Any], add: Any) -> None:
         e, a, cpu = c.get("pose_err_m", {}), c.get("pose_age_s", {}), c.get("cpu_percent", {})
         age = (f"{a.get('p50')} / {a.get('max')}" if a.get("p50") is not None
                else "not reported")
-        add(f"| {label} | {c.get('notes')} ({c.get('notes_stale')}) | {e.get('max')} / "
+        add(f"| {label} | {c.get('notes')} ({c.get('notes_stale')}) | {off_s} | "
+            f"{e.get('max')} / "
             f"{e.get('p50')} | {age} | {c.get('tf_messages_published_per_s')} / "
             f"{c.get('tf_messages_processed_per_s') or 'not counted'} | "
             f"{cpu.get('memory-node')} | {cpu.get('publisher (this process)')} | {recv} | "
@@ -560,8 +566,9 @@ def _tf_load_section(tl: dict[str, Any], add: Any) -> None:
         f, b = cfgs["fixed"], cfgs["before"]
         add(f"Ratios before / fixed: memory-node CPU "
             f"{_ratio(b['cpu_percent']['memory-node'], f['cpu_percent']['memory-node'])}, "
-            f"max note-pose error {_ratio(b['pose_err_m']['max'], f['pose_err_m']['max'])}, "
-            f"save round trip p50 {_ratio(b['save_rtt_s']['p50'], f['save_rtt_s']['p50'])}.")
+            f"save round trip p50 {_ratio(b['save_rtt_s']['p50'], f['save_rtt_s']['p50'])} "
+            f"({b['save_rtt_s']['p50']} s / {f['save_rtt_s']['p50']} s), max "
+            f"{_ratio(b['save_rtt_s']['max'], f['save_rtt_s']['max'])}.")
         add("")
     tf = (cfgs.get("fixed") or {}).get("recorder", {}).get("tf")
     if tf:
