@@ -79,13 +79,15 @@ def isolated_env(domain: int | None = None) -> dict[str, str]:
 class NodeProcess:
     """A node subprocess with its output collected; stopped with SIGINT, killed as fallback."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+    def __init__(self, args: list[str], env: dict[str, str], log: Path,
+                 python: str | None = None):
         self.log_path = log
         self.lines: list[str] = []
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen([python or sys.executable, *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:

@@ -111,6 +111,8 @@ class _Freshness:
         self._seen: dict[str, list[float]] = {}
 
     def seen(self, key: str, stamp: float, now: float) -> None:
+        if now <= 0.0:  # use_sim_time before the first /clock: a delay of -stamp, not one
+            return
         entry = self._seen.get(key)
         delay = now - stamp
         if entry is None or now < entry[3]:  # new source, or the clock jumped back
