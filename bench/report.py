@@ -496,7 +496,7 @@ def write_report(out: Path, report: Path) -> None:
         add(notes.read_text().strip())
         add("")
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(L) + "\n")
+    report.write_text("\n".join(L) + "\n" + _kept_blocks(report))
 
 
 def _index_section(add: Any, res: dict[str, Any]) -> None:
@@ -656,3 +656,14 @@ def _tf_load_section(tl: dict[str, Any], add: Any) -> None:
         add(f"- {line}")
     if tl.get("notes"):
         add("")
+
+
+def _kept_blocks(report: Path) -> str:
+    """Sections other benchmarks write into the report between `<!-- NAME:begin -->` and
+    `<!-- NAME:end -->` (bench/fleet_bench.py, bench/soak.py): carried over as they are."""
+    import re
+
+    if not report.exists():
+        return ""
+    found = re.finditer(r"<!-- (\w+):begin -->.*?<!-- \1:end -->", report.read_text(), re.S)
+    return "".join("\n" + m.group(0) + "\n" for m in found)
