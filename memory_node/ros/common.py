@@ -105,6 +105,7 @@ class _Freshness:
     """
 
     WINDOW_S = 30.0
+    JITTER_S = 1.0
 
     def __init__(self) -> None:
         # key -> [latest stamp, offset of this window, offset of the last window, window start]
@@ -115,6 +116,11 @@ class _Freshness:
             return
         entry = self._seen.get(key)
         delay = now - stamp
+        if -self.JITTER_S < delay < 0.0:
+            # A transform stamped a moment ahead of our clock (a /clock that updates at 50 Hz
+            # under simulated time, NTP jitter) is on time, not a clock offset: taken as the
+            # minimum it would add its lead to every later age.
+            delay = 0.0
         if entry is None or now < entry[3]:  # new source, or the clock jumped back
             self._seen[key] = [stamp, delay, delay, now]
             return
