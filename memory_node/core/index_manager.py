@@ -248,39 +248,9 @@ class IndexManager:
         unusable: list[tuple[str, int]] = []
         for entry in manifest["keys"]:
             key = (entry["model_id"], entry["stream"])
-            files = entry.get("files")  # version 2 (no checksums): structure checks only
-            base = entry["file"]
-
-            def name(part: str, base: str = base, v2: bool = files is None) -> str:
-                return Path(base).with_suffix("." + part).name if v2 else f"{base}.{part}"
-
-            for part in ("ids.npy", "vecs.npy", "meta.npy"):
-                if files is not None:
-                    _check_file(gen, name(part), files.get(part))
-            ids = _np_load(gen, name("ids.npy"))
-            vecs = _np_load(gen, name("vecs.npy"))
-            meta = _np_load(gen, name("meta.npy"))
-            n, dim = int(entry["n"]), int(entry["dim"])
-            if ids.shape != (n,) or vecs.shape != (n, dim) or meta.shape != (n, 3):
-                raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
-            if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
-                raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
-            if n and (len(np.unique(ids)) != n or ids.min() <= 0):
-                raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
-            idx = self._new(dim)
-            idx.add(ids, vecs, meta)
-            if entry.get("hnsw"):
-                why = None
-                if files is not None:
-                    try:
-                        _check_file(gen, f"{base}.hnsw", files.get("hnsw"))
-                        _check_file(gen, f"{base}.graph_ids.npy", files.get("graph_ids.npy"))
-                    except CacheDamaged as exc:
-                        why = f"{exc.file}: {exc.why}"
-                if why is None and not idx.load_graph(gen / name("hnsw")):
-                    why = "built with other settings, or damaged"
-                if why is not None:
-                    unusable.append((f"{key[0]}/{key[1]} ({why})", len(idx)))
+            idx, why = self._load_entry(gen, entry)
+            if why is not None:
+                unusable.append((f"{key[0]}/{key[1]} ({why})", len(idx)))
             indexes[key] = idx
         if unusable:  # one warning, however many graphs
             log.warning("cached HNSW graph of %s not usable: rebuilding it over %d vectors, "
@@ -288,6 +258,42 @@ class IndexManager:
                         "; ".join(u[0] for u in unusable), sum(u[1] for u in unusable))
         self._indexes, self._seq = indexes, seq
         return True
+
+    def _load_entry(self, gen: Path, entry: dict) -> tuple[HNSWIndex, str | None]:
+        """One key's cached index, checked against its manifest entry; with why its cached
+        graph cannot be used (None when it loaded or there is none)."""
+        files = entry.get("files")  # version 2 (no checksums): structure checks only
+        base = entry["file"]
+
+        def name(part: str) -> str:
+            return Path(base).with_suffix("." + part).name if files is None else f"{base}.{part}"
+
+        for part in ("ids.npy", "vecs.npy", "meta.npy"):
+            if files is not None:
+                _check_file(gen, name(part), files.get(part))
+        ids = _np_load(gen, name("ids.npy"))
+        vecs = _np_load(gen, name("vecs.npy"))
+        meta = _np_load(gen, name("meta.npy"))
+        n, dim = int(entry["n"]), int(entry["dim"])
+        if ids.shape != (n,) or vecs.shape != (n, dim) or meta.shape != (n, 3):
+            raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
+        if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
+            raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
+        if n and (len(np.unique(ids)) != n or ids.min() <= 0):
+            raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
+        idx = self._new(dim)
+        idx.add(ids, vecs, meta)
+        if not entry.get("hnsw"):
+            return idx, None
+        if files is not None:
+            try:
+                _check_file(gen, f"{base}.hnsw", files.get("hnsw"))
+                _check_file(gen, f"{base}.graph_ids.npy", files.get("graph_ids.npy"))
+            except CacheDamaged as exc:
+                return idx, f"{exc.file}: {exc.why}"
+        if not idx.load_graph(gen / name("hnsw")):
+            return idx, "built with other settings, or damaged"
+        return idx, None
 
     def _verify_sample(self, per_key: int = 32) -> CacheDamaged | None:
         """Compare a sample of cached rows with memory.db, both ways: each sampled cached
@@ -304,7 +310,7 @@ class IndexManager:
                 rows = self.store.vector_rows(pick.tolist())
                 twin = idx.exact_twin
                 vecs, meta = twin.get(pick), twin.meta()[twin.positions(pick)]
-                for oid, vec, m in zip(pick.tolist(), vecs, meta):
+                for oid, vec, m in zip(pick.tolist(), vecs, meta, strict=True):
                     row = rows.get(oid)
                     if row is None or (row[1], row[0]) != key:
                         return CacheDamaged(_file_base(key) + ".ids.npy",
