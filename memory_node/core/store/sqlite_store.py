@@ -171,7 +171,7 @@ class SqliteObservationStore(ObservationStore):
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
             try:
-                for obs, vec in zip(rows, vectors):
+                for obs, vec in zip(rows, vectors, strict=True):
                     p = obs.pose
                     blob = None if vec is None else np.asarray(vec, np.float32).tobytes()
                     cur = self._w.execute(
@@ -207,7 +207,7 @@ class SqliteObservationStore(ObservationStore):
             except BaseException:
                 self._w.execute("ROLLBACK")
                 raise
-        for obs, oid in zip(rows, ids):
+        for obs, oid in zip(rows, ids, strict=True):
             obs.id = oid
         return ids
 
