@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,7 @@ def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
         cv2.rectangle(img, px(x_min, y_max), px(x_max, y_min), (180, 180, 180), 2)
         cv2.putText(img, name.replace("_", " "), px(x_min + 0.2, y_max - 0.4),
                     cv2.FONT_HERSHEY_SIMPLEX, 0.5, (120, 120, 120), 1)
-    for a, b in zip(pts, pts[1:]):
+    for a, b in pairwise(pts):
         cv2.line(img, px(*a), px(*b), (200, 160, 120), 1)
     store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
     try:

@@ -437,11 +437,9 @@ class MemoryRecorder(Node):
     def _publish_stats(self) -> None:
         self.stats_pub.publish(String(data=json.dumps(self.stats())))
         c = self.counters
-        self.get_logger().debug(
-            "camera kept/skipped/dropped %d/%d/%d, lidar %d/%d/%d, odom %d/%d/%d" % (
-                c["camera"].kept, c["camera"].skipped, c["camera"].dropped,
-                c["lidar"].kept, c["lidar"].skipped, c["lidar"].dropped,
-                c["odom"].kept, c["odom"].skipped, c["odom"].dropped))
+        n = {s: f"{c[s].kept}/{c[s].skipped}/{c[s].dropped}" for s in ("camera", "lidar", "odom")}
+        self.get_logger().debug(f"camera kept/skipped/dropped {n['camera']}, lidar {n['lidar']},"
+                                f" odom {n['odom']}")
 
     def drain(self, timeout_s: float = 30.0) -> bool:
         """Wait until every received message is gated and every keyframe stored (used at

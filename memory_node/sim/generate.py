@@ -248,7 +248,8 @@ def _camera_info(m: _Messages, ns: int, cam: CameraModel) -> Any:
 
 def _cloud_message(m: _Messages, ns: int, pts: np.ndarray) -> Any:
     f32 = m.PointField.FLOAT32
-    fields = [m.PointField(name, 4 * i, f32, 1) for i, name in enumerate("x y z intensity".split())]
+    fields = [m.PointField(name, 4 * i, f32, 1)
+              for i, name in enumerate(["x", "y", "z", "intensity"])]
     data = np.ascontiguousarray(pts, dtype="<f4").view(np.uint8).reshape(-1)
     return m.PointCloud2(
         m.header(ns, FRAME_LIDAR), 1, len(pts), fields, False, 16, 16 * len(pts), data, True
@@ -431,7 +432,8 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     tp = np.arange(int(math.floor(dur * PATH_RATE + 1e-9)) + 1) / PATH_RATE
     path = world.traj.pose(tp)
     path_list = [
-        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])} for t, p in zip(tp, path)
+        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])}
+        for t, p in zip(tp, path, strict=True)
     ]
 
     # revisits: a later path sample within REVISIT_RADIUS of a sample long enough before it
