@@ -91,7 +91,7 @@ class NodeProcess:
 
     def _read(self) -> None:
         with open(self.log_path, "w") as log:
-            for line in self.proc.stdout:
+            for line in self.proc.stdout or ():
                 log.write(line)
                 log.flush()
                 with self._cond:
@@ -163,7 +163,7 @@ class Session:
                 if on_wait is not None:
                     on_wait()
                 time.sleep(0.1)
-            out = proc.stdout.read()
+            out = proc.stdout.read() if proc.stdout else ""
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -229,8 +229,8 @@ def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
     try:
         for obs in store.rows("stream = 'camera'"):
             if obs.pose is not None and obs.pose.frame == "map":
-                b = float(obs.tags.get("brightness", 0.5))  # dark blue .. bright yellow
-                colour = (int(160 * (1 - b)), int(40 + 215 * b), int(40 + 215 * b))
+                lum = float(obs.tags.get("brightness", 0.5))  # dark blue .. bright yellow
+                colour = (int(160 * (1 - lum)), int(40 + 215 * lum), int(40 + 215 * lum))
                 cv2.circle(img, px(obs.pose.x, obs.pose.y), 4, colour, -1)
     finally:
         store.close()

@@ -27,6 +27,7 @@ import time
 import weakref
 import zlib
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -47,6 +48,8 @@ PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's w
 
 def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, float, float]:
     """(t, x, y) for in-memory pre-filtering; NaN where the row has no pose."""
+    if t is None:
+        raise TypeError("a vector row without a time")
     return (float(t), np.nan if x is None else float(x), np.nan if y is None else float(y))
 
 
@@ -83,10 +86,11 @@ class IndexManager:
     # ---- lookup -------------------------------------------------------------------------
     def _new(self, dim: int) -> HNSWIndex:
         c = self.config
-        return make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
-                          ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
-                          gather_max=c.exact_gather_max, storage=c.hnsw_storage,
-                          rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
+        idx = make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
+                         ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
+                         gather_max=c.exact_gather_max, storage=c.hnsw_storage,
+                         rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
+        return cast(HNSWIndex, idx)  # make_index("hnsw", ...) makes one
 
     def keys_for(self, streams: tuple[str, ...] | None) -> list[Key]:
         with self._lock:
@@ -114,7 +118,7 @@ class IndexManager:
         return idx is not None and len(idx.exact_twin.positions(np.array([obs_id]))) > 0
 
     def vector(self, model_id: str | None, stream: str, obs_id: int | None) -> np.ndarray | None:
-        if not self.contains(model_id, stream, obs_id):
+        if model_id is None or not self.contains(model_id, stream, obs_id):
             return None
         return self._indexes[(model_id, stream)].exact_twin.get(np.array([obs_id]))[0]
 
@@ -142,6 +146,9 @@ class IndexManager:
                     if removes:  # keep the feed's order between runs of adds and removals
                         self._remove(removes)
                         removes = []
+                    # An add always carries its model, stream and vector (the feed's contract).
+                    assert ch.model_id is not None and ch.stream is not None
+                    assert ch.vector is not None
                     key = (ch.model_id, ch.stream)
                     ids, vecs, metas = adds.setdefault(key, ([], [], []))
                     ids.append(ch.obs_id)
@@ -187,6 +194,7 @@ class IndexManager:
             if not loaded:
                 how = "rebuilt (no index cache)"
         except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never fatal
+            damaged: CacheDamaged | None
             damaged = exc if isinstance(exc, CacheDamaged) else CacheDamaged(
                 "index/", f"{type(exc).__name__}: {exc}")
             self._warn_damaged(damaged)

@@ -185,9 +185,12 @@ class QueryPlanner:
             desc = key.startswith("-")
 
             def tag_key(p: tuple[Observation, float | None]) -> tuple:
-                v = p[0].tags.get(tag)
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-                return (0 if ok else 1, (-v if desc else v) if ok else 0, -p[0].t, -p[0].id)
+                obs = p[0]
+                v = obs.tags.get(tag)
+                last = (-obs.t, -(obs.id or 0))  # stored rows always have an id
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    return (0, -v if desc else v, *last)
+                return (1, 0, *last)
 
             scored.sort(key=tag_key)
         return scored[: req.k]

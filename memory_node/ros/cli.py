@@ -63,8 +63,9 @@ class ServiceCaller:
         self.types = {"search": Search, "save": Save, "compact": Compact, "streams": Streams}
         from memory_node.ros.common import CLIENT_QOS
 
-        self.clients = {k: self.node.create_client(t, SERVICES[k], qos_profile=CLIENT_QOS)
-                        for k, t in self.types.items()}
+        self.clients: dict[str, Any] = {
+            k: self.node.create_client(t, SERVICES[k], qos_profile=CLIENT_QOS)
+            for k, t in self.types.items()}
 
     def call(self, verb: str, payload: str | None = None, timeout: float = 10.0) -> str:
         import time
@@ -93,7 +94,9 @@ class ServiceCaller:
             return json.dumps({"ok": False, "error": {
                 "code": "unavailable", "message": f"{SERVICES[verb]} did not answer within "
                 f"{timeout:g} s"}})
-        return future.result().result.data
+        response = future.result()
+        assert response is not None  # done, and a service call's future holds its response
+        return response.result.data
 
     def close(self) -> None:
         self.executor.shutdown()

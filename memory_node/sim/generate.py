@@ -155,7 +155,7 @@ class _Messages:
         self.CameraInfo = t["sensor_msgs/msg/CameraInfo"]
         self.RegionOfInterest = t["sensor_msgs/msg/RegionOfInterest"]
         self.PointCloud2 = t["sensor_msgs/msg/PointCloud2"]
-        self.PointField = t["sensor_msgs/msg/PointField"]
+        self.PointField: Any = t["sensor_msgs/msg/PointField"]
 
     def header(self, ns: int, frame: str) -> Any:
         return self.Header(self.Time(ns // 1_000_000_000, ns % 1_000_000_000), frame)
@@ -510,14 +510,14 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     ]
 
     landmarks: dict[str, Any] = {}
-    for f in plan.features:
-        c = f.center
-        landmarks[f.name] = {
+    for feat in plan.features:
+        c = feat.center
+        landmarks[feat.name] = {
             "x": _r(c[0]),
             "y": _r(c[1]),
-            "color": f.color,
-            "kind": f.kind,
-            "room": f.room,
+            "color": feat.color,
+            "kind": feat.kind,
+            "room": feat.room,
         }
     for p in plan.props:
         c = p.center

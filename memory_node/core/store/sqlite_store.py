@@ -188,7 +188,8 @@ class SqliteObservationStore(ObservationStore):
                             obs.note_key, now,
                         ),
                     )
-                    oid = int(cur.lastrowid)
+                    oid = cur.lastrowid
+                    assert oid is not None  # set by the INSERT just run
                     ids.append(oid)
                     if p is not None:
                         self._w.execute(
@@ -347,7 +348,8 @@ class SqliteObservationStore(ObservationStore):
 
     def _where(self, req: RowFilter) -> tuple[str, str, list[Any]]:
         """(join clause, where clause, params) for every filter of `req`."""
-        join, conds, params = "", [], []
+        join, conds = "", []
+        params: list[Any] = []
         if req.near is not None:
             nx, ny = req.near
             r = req.radius
