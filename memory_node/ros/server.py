@@ -219,7 +219,8 @@ class MemoryServer(LifecycleNode):
             return
         try:
             eng.sync()  # pick up the recorder's rows even when nobody searches
-            eng.indexes.maybe_persist()
+            if eng.indexes is not None:  # the fleet engine has no local index to persist
+                eng.indexes.maybe_persist()
         except Exception as exc:  # noqa: BLE001
             self.get_logger().warning(f"index maintenance failed: {exc}")
 
