@@ -25,7 +25,7 @@ SETUP_INPUTS := $(sort $(wildcard requirements/*.txt) $(wildcard test/wheels/*.w
 	package.xml $(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
 PYTEST_ARGS ?=
 
-.PHONY: setup _setup test demo lint check bench clean
+.PHONY: setup _setup test demo lint bench clean
 
 setup:
 	@mkdir -p build
@@ -58,6 +58,7 @@ test: setup
 demo: setup
 	$(VENV)/bin/memory-demo
 
+.PHONY: check
 lint: check
 
 check: setup
