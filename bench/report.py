@@ -127,7 +127,7 @@ def _rest_bars(rows: list, res: dict[str, Any], verdict: Any) -> None:
         extra = f"; {fx['save_to_found_ms']['p50']:.2f} ms with the prototyped fixes" if fx else ""
         rows.append(("save -> searchable p50 (embedding included)", "≤ 20 ms",
                      f"{p:.2f} ms as is{extra}", verdict(p <= 20.0)))
-    for key, pr in _by_prefix(res, "peers"):
+    for _key, pr in _by_prefix(res, "peers"):
         for peer, v in pr.get("peers", {}).items():
             c = v.get("kinds", {}).get("combined")
             if c:

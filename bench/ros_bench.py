@@ -81,7 +81,8 @@ def _ros_variant(d: Path, ds: Any, queries: list[dict[str, Any]], caller: Any, f
     scratch = BENCH_DIR / "results" / "raw" / "scratch" / f"ros_{ds.n}"
     mem = copy_store(d, scratch)
     t0 = time.perf_counter()
-    logf = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would block it
+    # A file, not a pipe: a full pipe would block it. Read and closed in the finally below.
+    logf = tempfile.TemporaryFile("w+")  # noqa: SIM115
     srv = subprocess.Popen(_server_cmd(mem, fixed), cwd=REPO_ROOT, env=dict(os.environ),
                            stdout=logf, stderr=subprocess.STDOUT, text=True,
                            start_new_session=True)

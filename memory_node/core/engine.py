@@ -575,7 +575,7 @@ class MemoryEngine:
                 tags["hand_written"] = True
             rows.append(Observation(stream=stream, t=e.t, pose=e.pose, tags=tags, text=e.text,
                                     model_id=self.text_model_id, note_key=e.key))
-        for row, vec in zip(rows, vecs):
+        for row, vec in zip(rows, vecs, strict=True):
             if vec is None:
                 row.model_id = None
         self.store.insert(rows, vecs)
@@ -589,7 +589,7 @@ class MemoryEngine:
         if not rows:
             return 0
         vecs = self._embed_texts([r.text for r in rows])
-        for r, v in zip(rows, vecs):
+        for r, v in zip(rows, vecs, strict=True):
             self.store.set_vector(r.id, v, self.text_model_id)
         self.sync()
         return len(rows)

@@ -231,8 +231,8 @@ def check_tag_names(plan: SearchPlan, catalogue: Mapping[str, Mapping[str, bool]
     scope = plan.streams if plan.streams is not None else tuple(catalogue)
     known: dict[str, bool] = {}
     for s in scope:
-        for tag, numeric in catalogue.get(s, {}).items():
-            known[tag] = known.get(tag, False) or numeric
+        for tag, is_number in catalogue.get(s, {}).items():
+            known[tag] = known.get(tag, False) or is_number
     if not known:
         return
     known = {**{t: n for t, n in ENGINE_TAGS.items() if t not in known}, **known}

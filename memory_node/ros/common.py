@@ -333,7 +333,8 @@ class PoseTracker:
     def _tf_chain(self) -> list[str]:
         """The frames from the base frame up towards the world frame (each an edge's child)."""
         parents = self.buffer.frames()
-        chain, frame = [], self.base_frame
+        chain: list[str] = []
+        frame = self.base_frame
         while frame != self.world_frame and frame in parents and len(chain) < 64:
             chain.append(frame)
             frame = parents[frame]

@@ -155,7 +155,7 @@ class _Messages:
         self.CameraInfo = t["sensor_msgs/msg/CameraInfo"]
         self.RegionOfInterest = t["sensor_msgs/msg/RegionOfInterest"]
         self.PointCloud2 = t["sensor_msgs/msg/PointCloud2"]
-        self.PointField = t["sensor_msgs/msg/PointField"]
+        self.PointField: Any = t["sensor_msgs/msg/PointField"]
 
     def header(self, ns: int, frame: str) -> Any:
         return self.Header(self.Time(ns // 1_000_000_000, ns % 1_000_000_000), frame)
@@ -248,7 +248,8 @@ def _camera_info(m: _Messages, ns: int, cam: CameraModel) -> Any:
 
 def _cloud_message(m: _Messages, ns: int, pts: np.ndarray) -> Any:
     f32 = m.PointField.FLOAT32
-    fields = [m.PointField(name, 4 * i, f32, 1) for i, name in enumerate("x y z intensity".split())]
+    fields = [m.PointField(name, 4 * i, f32, 1)
+              for i, name in enumerate(["x", "y", "z", "intensity"])]
     data = np.ascontiguousarray(pts, dtype="<f4").view(np.uint8).reshape(-1)
     return m.PointCloud2(
         m.header(ns, FRAME_LIDAR), 1, len(pts), fields, False, 16, 16 * len(pts), data, True
@@ -431,7 +432,8 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     tp = np.arange(int(math.floor(dur * PATH_RATE + 1e-9)) + 1) / PATH_RATE
     path = world.traj.pose(tp)
     path_list = [
-        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])} for t, p in zip(tp, path)
+        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])}
+        for t, p in zip(tp, path, strict=True)
     ]
 
     # revisits: a later path sample within REVISIT_RADIUS of a sample long enough before it
@@ -508,14 +510,14 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     ]
 
     landmarks: dict[str, Any] = {}
-    for f in plan.features:
-        c = f.center
-        landmarks[f.name] = {
+    for feat in plan.features:
+        c = feat.center
+        landmarks[feat.name] = {
             "x": _r(c[0]),
             "y": _r(c[1]),
-            "color": f.color,
-            "kind": f.kind,
-            "room": f.room,
+            "color": feat.color,
+            "kind": feat.kind,
+            "room": feat.room,
         }
     for p in plan.props:
         c = p.center
