@@ -327,7 +327,7 @@ class NodeUnderTest:
     def __init__(self, python: str, memory_dir: Path, env: dict[str, str], log: Path,
                  extra: Sequence[str] = ()) -> None:
         self.log_path = log
-        self._log = open(log, "w")  # a file, not a pipe: a full pipe would block the node
+        self._log = open(log, "w")  # noqa: SIM115 - closed in stop(); a file: a full pipe blocks
         self.proc = subprocess.Popen(
             [python, "-m", "memory_node.ros.main", "--memory-dir", str(memory_dir), *extra],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

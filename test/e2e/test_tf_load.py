@@ -78,7 +78,7 @@ def _walk(t_move: float):
     """A (START_A) until t_move, a 1 s straight walk, then still at ROBOT_POSE."""
     def where(t: float) -> tuple[float, float, float]:
         r = min(1.0, max(0.0, t - t_move))
-        return tuple(a + r * (b - a) for a, b in zip(START_A, ROBOT_POSE))
+        return tuple(a + r * (b - a) for a, b in zip(START_A, ROBOT_POSE, strict=True))
     return where
 
 
@@ -144,7 +144,7 @@ def _still_spans(traj, start: float, end: float, min_s: float) -> list[tuple[flo
     xy = traj.pose(tt)[:, :2]
     still = np.r_[np.hypot(*np.diff(xy, axis=0).T) < 1e-9, False]
     spans, s = [], None
-    for t, st in zip(tt, still):
+    for t, st in zip(tt, still, strict=True):
         if st and s is None:
             s = t
         elif not st and s is not None:
