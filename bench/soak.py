@@ -258,11 +258,18 @@ def run_soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     replay = None
     samples: list[dict[str, float]] = []
     saves = {"ok": 0, "failed": 0}
+    failures: list[str] = []
     try:
         node.wait_for(r"active: /memory/search", 180)
         proc = psutil.Process(node.popen.pid)
         replay = Proc([_bin("memory-replay"), str(bag), "--rate", str(args.rate), "--loop"],
                       work / "soak_replay.log")
+        # Saves need the replay's /clock (use_sim_time): until it runs they rightly answer
+        # unavailable ("no /clock yet"), which is start-up, not the soak.
+        deadline = time.monotonic() + 120
+        while not json.loads(caller.call("save", "soak starts", 30.0)).get("ok"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no save succeeded within 120 s of starting the replay")
         start = time.monotonic()
         next_sample = start
         i = 0
@@ -270,6 +277,8 @@ def run_soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             note = random.Random(i).choice(NOTES).format(THINGS[i % len(THINGS)]) + f" #{i}"
             answer = json.loads(caller.call("save", note, 30.0))
             saves["ok" if answer.get("ok") else "failed"] += 1
+            if not answer.get("ok"):
+                failures.append(answer["error"]["message"][:200])
             i += 1
             if time.monotonic() >= next_sample:
                 rec = stats.latest or {}
@@ -287,6 +296,7 @@ def run_soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rows = sum(s["count"] for s in streams.get("streams", []))
         return {
             "duration_s": args.duration, "rate": args.rate, "saves": saves,
+            "save_failures": failures[:20],
             "samples": len(samples), "warmup_s": args.warmup,
             "rss_mb": {"first": round(warm[0]["rss_mb"], 1) if warm else None,
                        "last": round(warm[-1]["rss_mb"], 1) if warm else None,

@@ -14,7 +14,8 @@ def test_looping_replay_with_saves_stays_flat(tmp_path, monkeypatch):
     monkeypatch.setattr("bench.soak.DOMAIN_ID", os.environ["ROS_DOMAIN_ID"])
     args = argparse.Namespace(rate=4.0, duration=75.0, save_every=1.0, warmup=25.0)
     result = run_soak(args, tmp_path)
-    assert result["saves"]["failed"] == 0 and result["saves"]["ok"] >= 30, result["saves"]
+    assert result["saves"]["failed"] == 0 and result["saves"]["ok"] >= 30, result
+
     assert result["fds"]["max"] - result["fds"]["min"] <= 2, result["fds"]
     errors = [ln for ln in result["node_problems"] if "[WARN]" not in ln]
     assert errors == [], errors  # warnings (a loop's clock jump) are expected; errors are not
