@@ -55,7 +55,9 @@ class QueryPlanner:
         scored_ids: list[np.ndarray] = []
         scored_vals: list[np.ndarray] = []
         unscored: list[int] = []
-        if req.has_filters and not req.tags:
+        # Views (seen_near) and the archive are SQL's: they take the candidate path.
+        in_sql = bool(req.tags) or req.filter.seen_near or req.include_archived
+        if req.has_filters and not in_sql:
             # Time and place filters run in memory, over each index's (t, x, y) columns:
             # the same comparisons as SQL, without a round trip.
             matched = 0
@@ -74,10 +76,27 @@ class QueryPlanner:
                 have = set(np.concatenate(scored_ids).tolist()) if scored_ids else set()
                 unscored = [i for i in self.store.candidates(req.filter).ids.tolist()
                             if i not in have]
-        elif req.has_filters:
+        elif req.has_filters or in_sql:
             cand = self.store.candidates(req.filter)
+            # Archived rows kept their vectors apart from the index: scored here, exactly.
+            archived = (self.store.archived_vectors(cand.ids.tolist())
+                        if req.include_archived else {})
+            got_ids, got_vals = [], []
+            for oid, (model_id, vec) in archived.items():
+                qv = qvecs.get(model_id) if model_id else None
+                if qv is not None and len(vec) == len(qv):
+                    got_ids.append(oid)
+                    got_vals.append(float(vec @ qv))
+            if got_ids:
+                scored_ids.append(np.asarray(got_ids, np.int64))
+                scored_vals.append(np.asarray(got_vals, np.float32))
             groups: dict[tuple[str, str], list[int]] = {}
+            got = set(got_ids)
             for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids):
+                if oid in archived:
+                    if oid not in got:
+                        unscored.append(oid)
+                    continue
                 if model_id is not None and qvecs.get(model_id) is not None:
                     groups.setdefault((model_id, stream), []).append(oid)
                 else:
@@ -110,7 +129,7 @@ class QueryPlanner:
             keep = vals >= req.min_score
             ids, vals = ids[keep], vals[keep]
         ids, vals = top_k(ids, vals, req.k)
-        rows = self.store.get(ids.tolist())
+        rows = self._get(req, ids.tolist())
         out: list[tuple[Observation, float | None]] = [
             (rows[i], float(s)) for i, s in zip(ids.tolist(), vals.tolist()) if i in rows
         ]
@@ -122,20 +141,28 @@ class QueryPlanner:
                 fill = [o for o in fill if o.id not in have
                         and not self.indexes.contains(o.model_id, o.stream, o.id)]
             else:
-                fill_rows = self.store.get(unscored)
+                fill_rows = self._get(req, unscored)
                 fill = sorted(fill_rows.values(), key=lambda o: (o.t, o.id), reverse=True)
             out.extend((o, None) for o in fill[:missing])
         return out, notes
+
+    def _get(self, req: SearchPlan, ids: list[int]) -> dict[int, Observation]:
+        if req.include_archived:
+            return self.store.get(ids, include_archived=True)  # type: ignore[call-arg]
+        return self.store.get(ids)
 
     def _ordered_with_scores(self, req: SearchPlan, qvecs: dict[str, np.ndarray | None]
                              ) -> list[tuple[Observation, float | None]]:
         """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
         cand = self.store.candidates(req.filter)
-        rows = self.store.get(cand.ids.tolist())
+        rows = self._get(req, cand.ids.tolist())
+        archived = (self.store.archived_vectors([o.id for o in rows.values() if o.archived])
+                    if req.include_archived else {})
         scored: list[tuple[Observation, float | None]] = []
         for obs in rows.values():
             score = None
-            vec = self.indexes.vector(obs.model_id, obs.stream, obs.id)
+            vec = (archived.get(obs.id, (None, None))[1] if obs.archived
+                   else self.indexes.vector(obs.model_id, obs.stream, obs.id))
             qv = qvecs.get(obs.model_id) if obs.model_id else None
             if vec is not None and qv is not None:
                 score = float(vec @ qv)
