@@ -422,7 +422,10 @@ class MemoryEngine:
         t_max = plan.t_max
         if t_max is None and plan.t_min is not None:
             t_max = max(self.clock(), float(track[-1, 0]) if len(track) else plan.t_min)
-        spans, gaps = find_visits(track, plan.near, plan.radius, gap, plan.t_min, t_max)
+        # (with a window ending now or later, the track reaches now: see find_visits)
+        now = self.clock()
+        spans, gaps = find_visits(track, plan.near, plan.radius, gap, plan.t_min, t_max,
+                                  now=now if t_max is None or t_max >= now else None)
         notes: list[str] = []
         if len(track) == 0:
             notes.append("no pose history in this time window: no odometry or other "

@@ -50,12 +50,16 @@ def _crossing(t0: float, p0: np.ndarray, t1: float, p1: np.ndarray, centre: np.n
 
 
 def find_visits(track: np.ndarray, centre: tuple[float, float], radius: float, gap_s: float,
-                t_min: float | None = None, t_max: float | None = None
+                t_min: float | None = None, t_max: float | None = None,
+                now: float | None = None
                 ) -> tuple[list[VisitSpan], list[tuple[float, float]]]:
     """(visits, gaps) of a pose track: an (n, 3) array of (t, x, y) sorted by t.
 
     Visits are clipped to [t_min, t_max]; gaps are the stretches longer than `gap_s` without a
-    pose inside the window (including before the first and after the last sample)."""
+    pose inside the window (including before the first and after the last sample). `now`: the
+    track is the whole history up to now, and a robot whose newest pose is inside the circle
+    and no older than `gap_s` is still there (a standing robot keeps a keyframe only every
+    `max_interval`), so that visit lasts until now."""
     visits: list[VisitSpan] = []
     gaps: list[tuple[float, float]] = []
     if len(track) == 0:
@@ -84,6 +88,8 @@ def find_visits(track: np.ndarray, centre: tuple[float, float], radius: float, g
             visits.append(VisitSpan(start, end))
             start = end = None
     if start is not None:
+        if now is not None and 0 <= now - t[-1] <= gap_s:
+            end = float(now)
         visits.append(VisitSpan(start, end))
     lo = -math.inf if t_min is None else t_min
     hi = math.inf if t_max is None else t_max

@@ -246,3 +246,34 @@ def test_compaction_on_the_node_clock_when_asked(tmp_path):
     visits = search(eng, visits=True, near_x=0.0, near_y=0.0, radius=1.0)
     assert visits["count"] == 1 and visits["total_s"] == pytest.approx(4.0)
     eng.close()
+
+
+def test_a_keyframes_view_reaches_the_wall_it_faces():
+    from memory_node.core.views import forward_yaw, mounted, view_range
+
+    # A wall 3 m ahead (x = 3), points every 10 cm; the view 90° wide along +x.
+    wall = np.array([[3.0, y] for y in np.arange(-5, 5, 0.1)])
+    assert view_range(wall, 0.0, 0.0, 0.0, math.radians(90), 8.0) == pytest.approx(4.1, abs=0.2)
+    assert view_range(wall, 0.0, 0.0, math.pi, math.radians(90), 8.0) == 8.0  # facing away
+    assert view_range(None, 0.0, 0.0, 0.0, 1.0, 6.0) == 6.0
+    # An optical frame looks along its z axis: camera_link -> optical is (-.5, .5, -.5, .5).
+    optical = np.array([[0, 0, 1], [-1, 0, 0], [0, -1, 0]], float)
+    assert forward_yaw(optical, optical=True) == pytest.approx(0.0)
+    assert forward_yaw(np.eye(3), optical=False) == pytest.approx(0.0)
+    x, y, yaw = mounted(Pose(1.0, 1.0, yaw=math.pi / 2), (0.3, 0.0, 0.0))
+    assert (x, y, yaw) == pytest.approx((1.0, 1.3, math.pi / 2))
+
+
+def test_a_robot_standing_at_its_newest_pose_is_still_there(tmp_path):
+    """A standing robot keeps a keyframe only every max_interval: 8 s after its newest pose
+    inside the circle it is still there; a day later it is not known to be."""
+    clock = FakeClock(T0 + 12)
+    eng = make_engine(tmp_path / "m", clock, PoseBox(None))
+    walk(eng, [(-3.0, 0.0), (-1.0, 0.0), (0.0, 0.0), (0.0, 0.0)], dt=1.0)  # last pose T0 + 3
+    out = search(eng, visits=True, near_x=0.0, near_y=0.0, radius=1.0)
+    assert out["count"] == 1 and out["last"] == pytest.approx(T0 + 12)
+    assert out["total_s"] == pytest.approx(12 - 1.0)
+    clock.t = T0 + 86400
+    out = search(eng, visits=True, near_x=0.0, near_y=0.0, radius=1.0)
+    assert out["last"] == pytest.approx(T0 + 3) and out["total_s"] == pytest.approx(2.0)
+    eng.close()
