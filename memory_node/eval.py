@@ -182,6 +182,48 @@ def show(got: Any) -> str:
     return str(got)
 
 
+REPORT_BEGIN, REPORT_END = "<!-- eval:begin -->", "<!-- eval:end -->"
+
+
+def report_section(outcomes: list[Outcome], table: Mapping[str, Mapping[str, float]],
+                   command: str, store: str) -> str:
+    """The "Question set" section of BENCHMARKS.md."""
+    import platform
+    import time
+
+    lines = [REPORT_BEGIN, "## Question set (memory-eval): accuracy per kind", "",
+             f"Command: `{command}` ({time.strftime('%Y-%m-%d %H:%M:%S %z')}, "
+             f"{platform.machine()}, Python {platform.python_version()}). The sample flat "
+             "(seed 7, 150 s) replayed at 3x into memory-node under simulated time, then "
+             f"every question of its ground_truth.json answered on that store ({store}) "
+             "through the skills, deterministically (no model). Tolerances: where 0.75 m "
+             "(brightest view 1 m), when 3 s (a person's first/last sight 6 s), how long "
+             "max(2 s, 10 %), counts exact.", "",
+             "| kind | questions | right | accuracy |", "|---|---|---|---|"]
+    for kind, row in table.items():
+        lines.append(f"| {kind} | {int(row['questions'])} | {int(row['right'])} | "
+                     f"{row['accuracy']:.0%} |")
+    wrong = [o for o in outcomes if not o.ok]
+    if wrong:
+        lines += ["", "Answered wrongly:"]
+        for o in wrong:
+            q = o.question
+            lines.append(f"- `{q['id']}`: {q['question']} expected {show(q['answer'])}, "
+                         f"answered {show(o.got)}")
+    lines.append(REPORT_END)
+    return "\n".join(lines) + "\n"
+
+
+def write_report(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if REPORT_BEGIN in text and REPORT_END in text:
+        a, b = text.index(REPORT_BEGIN), text.index(REPORT_END) + len(REPORT_END)
+        text = text[:a] + section.rstrip("\n") + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+
+
 def record(sample: Any, memory_dir: Path, out_dir: Path, rate: float,
            echo: Callable[[str], None]) -> int:
     """Replay the sample into a fresh store with memory-node under simulated time."""
@@ -227,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="one line per question: expected, answered, the skill calls")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--report", type=Path, default=None, metavar="MD",
+                        help="also write the figures as the 'Question set' section of MD "
+                        "(e.g. BENCHMARKS.md)")
     args = parser.parse_args(argv)
 
     from memory_node.agent.client import EngineClient
@@ -261,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         engine.close()
     table = accuracy(outcomes)
-    if args.json:
+    if args.report is not None:
+        write_report(args.report, report_section(
+            outcomes, table, "memory-eval " + " ".join(argv if argv is not None
+                                                       else sys.argv[1:]), memory_dir.name))
         print(json.dumps({"accuracy": table, "questions": [
             {"id": o.question["id"], "kind": o.question["kind"], "ok": o.ok,
              "expected": o.question["answer"], "answered": o.got} for o in outcomes]},
