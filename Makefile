@@ -4,7 +4,8 @@
 #   make setup   create/update .venv (pinned deps, package installed editable, types generated)
 #   make test    setup, then pytest over test/ (ROS-isolated: see test/conftest.py)
 #   make demo    setup, then the demo
-#   make lint    ruff
+#   make lint    the checks (same as make check)
+#   make check   ruff (pyproject.toml [tool.ruff]) and mypy over memory_node/ ([tool.mypy])
 #   make bench   the benchmark suite
 #   make clean   remove build output and generated types (keeps .venv)
 
@@ -57,8 +58,12 @@ test: setup
 demo: setup
 	$(VENV)/bin/memory-demo
 
-lint: setup
+.PHONY: check
+lint: check
+
+check: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(PY) -m bench

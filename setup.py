@@ -205,7 +205,7 @@ class build_py(_build_py):
         # The packages are independent: configure one while the other compiles.
         with ThreadPoolExecutor(max_workers=len(packages)) as pool:
             stages = list(pool.map(lambda p: generate_interfaces(*p, work), packages))
-        for (package, _, _), stage in zip(packages, stages):
+        for (package, _, _), stage in zip(packages, stages, strict=True):
             if self.editable_mode:
                 dest = ROOT / package
                 if package != PACKAGE and package not in self.distribution.packages:

@@ -3,6 +3,8 @@
 Each section writes its own JSON file as soon as it finishes, so a run can be resumed
 (`--resume` skips sections whose result exists with the same parameters) or narrowed
 (`--only query,peers`). The report is rebuilt from every result file present.
+`--only tf_load [--duration S] [--before PYTHON]` is issue 16's TF-load benchmark
+(bench/tf_load.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from bench.common import (
 )
 
 SECTIONS = ("limit", "embed", "query", "prototypes", "save", "ingest", "footprint", "peers",
-            "ros", "index")
+            "ros", "index", "tf_load")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="largest scale whose start-up rebuild is re-measured (the figure from "
                    "the store's build is reported above it)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--duration", type=float, default=None,
+                   help="tf_load: seconds of load per configuration (default 120; 15 quick)")
+    p.add_argument("--before", metavar="PYTHON", default=None,
+                   help="tf_load: also run the node of another checkout through its "
+                   "interpreter, e.g. ../wt-before/.venv/bin/python (the code before a fix)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help="results directory")
     p.add_argument("--report", type=Path, default=None,
                    help="report path (default BENCHMARKS.md at the repository root)")
@@ -190,6 +197,21 @@ def main(argv: list[str] | None = None) -> int:
         rq = min(nq, 100)
         run("ros", {"n": n, "vectors": v, "nq": rq},
             lambda: section_ros(n, args.seed, v, rq, log))
+    if "tf_load" in only:
+        from bench.tf_load import section_tf_load
+
+        dur = args.duration or (15.0 if quick else 120.0)
+        rates = [1.0] if quick else [1.0, 2.0, 4.0]
+        cmd = " ".join(run_info["argv"])
+
+        def tf_load() -> dict[str, Any]:
+            res = section_tf_load(dur, log, args.before, rates, 30.0 if quick else 60.0,
+                                  camera_size=(320, 240))
+            res["command"] = cmd
+            return res
+
+        run("tf_load", {"duration_s": dur, "before": bool(args.before), "rates": rates,
+                        "camera": "320x240"}, tf_load)
     eb.cleanup_scratch(scratch)
     from bench.report import write_report
 

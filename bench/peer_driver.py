@@ -114,8 +114,8 @@ def peer_sqlite_vec(w: Workload, work: Path, out: dict[str, Any]) -> None:
     db.enable_load_extension(False)
     out["version"] = version("sqlite-vec")
     out["sqlite"] = sqlite3.sqlite_version
-    db.execute("CREATE VIRTUAL TABLE items USING vec0(embedding float[%d] distance_metric=cosine,"
-               " stream text, t float, x float, y float)" % w.vecs.shape[1])
+    db.execute(f"CREATE VIRTUAL TABLE items USING vec0(embedding float[{w.vecs.shape[1]}]"
+               " distance_metric=cosine, stream text, t float, x float, y float)")
     # A plain table with an R*Tree for the one-statement exact variant (rowid IN subquery).
     db.execute("CREATE TABLE meta(id INTEGER PRIMARY KEY, stream TEXT, t REAL, x REAL, y REAL)")
     db.execute("CREATE INDEX meta_st ON meta(stream, t)")

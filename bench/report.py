@@ -24,6 +24,7 @@ SECTION_TITLES = {
     "prototypes": "Prototyped fixes for core (before/after)",
     "ros": "ROS round trip (/memory/search)",
     "index": "Index layer: background graphs, time order, checksummed cache",
+    "tf_load": "TF load: poses under a real robot's /tf (issue 16)",
 }
 
 
@@ -126,7 +127,7 @@ def _rest_bars(rows: list, res: dict[str, Any], verdict: Any) -> None:
         extra = f"; {fx['save_to_found_ms']['p50']:.2f} ms with the prototyped fixes" if fx else ""
         rows.append(("save -> searchable p50 (embedding included)", "≤ 20 ms",
                      f"{p:.2f} ms as is{extra}", verdict(p <= 20.0)))
-    for key, pr in _by_prefix(res, "peers"):
+    for _key, pr in _by_prefix(res, "peers"):
         for peer, v in pr.get("peers", {}).items():
             c = v.get("kinds", {}).get("combined")
             if c:
@@ -471,6 +472,8 @@ def write_report(out: Path, report: Path) -> None:
                                    or "not run"))
     add("")
     _index_section(add, res)
+    if "tf_load" in res:
+        _tf_load_section(res["tf_load"], add)
     add("## " + SECTION_TITLES["limit"])
     add("")
     if bw:
@@ -493,7 +496,7 @@ def write_report(out: Path, report: Path) -> None:
         add(notes.read_text().strip())
         add("")
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text("\n".join(L) + "\n")
+    report.write_text("\n".join(L) + "\n" + _kept_blocks(report))
 
 
 def _index_section(add: Any, res: dict[str, Any]) -> None:
@@ -545,4 +548,122 @@ def _index_section(add: Any, res: dict[str, Any]) -> None:
             f"| {_pct(k['checksum_share'])} of the open |")
         add(f"| writing the cache (new generation + manifest rename, fsynced) | "
             f"{k['persist_s']} s | sampled verification {k['verify_sample_ms']} ms | – |")
+def _ratio(a: Any, b: Any) -> str:
+    try:
+        return f"{float(a) / float(b):.2f}x"
+    except (TypeError, ValueError, ZeroDivisionError):
+        return "–"
+
+
+def _tf_load_section(tl: dict[str, Any], add: Any) -> None:
+    """bench/tf_load.py: memory-node under 100 Hz /tf with joints, this code and (optionally)
+    the code before the fix, then the sample bag replayed at several rates."""
+    add("## " + SECTION_TITLES["tf_load"])
+    add("")
+    if "error" in tl:
+        add(f"Error: {tl['error']}")
         add("")
+        return
+    p = tl.get("params", {})
+    m = tl.get("machine", {})
+    add(f"Command: `{tl.get('command', 'python -m bench --only tf_load')}`. "
+        f"Machine: {m.get('cpus', '?')} CPUs shared with other agents' work (load average "
+        f"{m.get('loadavg', '?')} at the start, {tl.get('loadavg_after', '?')} after); one "
+        "run per configuration, one after the other, so compare them as ratios.")
+    add("")
+    add(f"Load ({p.get('duration_s', '?')} s per configuration), published from the bench "
+        "process into `memory-node --memory-dir D`: /tf at 100 Hz, each message 20 joint "
+        "transforms below base_link + odom -> base_link, map -> odom at 20 Hz (2,120 "
+        "transforms/s); camera rgb8 at 14 Hz "
+        f"({p.get('camera', '640x480')}), lidar 20k points at 8 Hz, odometry at 20 Hz, all "
+        "stamped with the wall clock. The robot stands still 5 s at each of four known poses "
+        "and moves 1 s between them; a note is saved through /memory/save 1 s and 3 s into "
+        "every stop and its pose compared with the stop's (a pose more than ~1 s old lands "
+        "metres off). *before* is commit 96d4174 (two TF subscriptions per process, "
+        "deserialized by rclpy), *fixed* this branch (one listener reading CDR bytes).")
+    add("")
+    cfgs = tl.get("configs", {})
+    add("| code | notes (stale) | notes > 0.05 m off | pose error max / p50 m | "
+        "pose age p50 / max s | "
+        "TF msgs/s published / processed | CPU % memory-node | CPU % publisher | "
+        "received / published (cam, lidar, odom) | recorder dropped (cam, lidar, odom) | "
+        "SIGINT stop s, exit |")
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, c in cfgs.items():
+        if "error" in c:
+            add(f"| {label} | error: {c['error']} ||||||||||")
+            continue
+        off = [n for n in c.get("note_rows", []) if n.get("err_m", 0.0) > 0.05]
+        off_s = str(len(off)) + (" (" + ", ".join(f"{n['err_m']} m at {n['after_s']:g} s into "
+                                                  f"stop {n['stop']}" for n in off[:3]) + ")"
+                                 if off else "")
+        rec = c.get("recorder", {})
+        streams = ("camera", "lidar", "odom")
+        recv = ", ".join(f"{rec.get(s, {}).get('received', '?')}/"
+                         f"{rec.get(s, {}).get('published', '?')}" for s in streams)
+        drop = ", ".join(str(rec.get(s, {}).get("dropped", "?")) for s in streams)
+        e, a, cpu = c.get("pose_err_m", {}), c.get("pose_age_s", {}), c.get("cpu_percent", {})
+        age = (f"{a.get('p50')} / {a.get('max')}" if a.get("p50") is not None
+               else "not reported")
+        add(f"| {label} | {c.get('notes')} ({c.get('notes_stale')}) | {off_s} | "
+            f"{e.get('max')} / "
+            f"{e.get('p50')} | {age} | {c.get('tf_messages_published_per_s')} / "
+            f"{c.get('tf_messages_processed_per_s') or 'not counted'} | "
+            f"{cpu.get('memory-node')} | {cpu.get('publisher (this process)')} | {recv} | "
+            f"{drop} | {c.get('stop', {}).get('seconds')}, {c.get('stop', {}).get('exit_code')} |")
+    add("")
+    if "fixed" in cfgs and "before" in cfgs and "error" not in cfgs["before"] \
+            and "error" not in cfgs["fixed"]:
+        f, b = cfgs["fixed"], cfgs["before"]
+        add(f"Ratios before / fixed: memory-node CPU "
+            f"{_ratio(b['cpu_percent']['memory-node'], f['cpu_percent']['memory-node'])}, "
+            f"save round trip p50 {_ratio(b['save_rtt_s']['p50'], f['save_rtt_s']['p50'])} "
+            f"({b['save_rtt_s']['p50']} s / {f['save_rtt_s']['p50']} s), max "
+            f"{_ratio(b['save_rtt_s']['max'], f['save_rtt_s']['max'])}.")
+        add("")
+    tf = (cfgs.get("fixed") or {}).get("recorder", {}).get("tf")
+    if tf:
+        add(f"Listener counters (fixed, whole run): {tf.get('tf_messages')} /tf messages read, "
+            f"{tf.get('tf_edges')} transforms stored, {tf.get('tf_filtered')} joint transforms "
+            f"dropped before decoding, {tf.get('tf_malformed')} malformed.")
+        add("")
+    ing = tl.get("ingest", {})
+    if ing:
+        add("Sample bag (memory_node.sim, seed 7: camera 320x240 at 12 Hz, lidar 8 Hz, "
+            "odometry 20 Hz, TF 20 Hz) replayed with `memory-replay --rate R` into "
+            "`memory-node --use-sim-time`; counters from its final `recorder stopped:` line; "
+            "stop = seconds from one SIGINT right after the replay's drain to exit.")
+        add("")
+        add("| code | rate | received / in bag (cam, lidar, odom) | kept (cam, lidar, odom) | "
+            "dropped (cam, lidar, odom) | CPU % | SIGINT stop s, exit |")
+        add("|---|---|---|---|---|---|---|")
+        for label, r in ing.items():
+            if "error" in r or "skipped" in r:
+                add(f"| {label} | {r.get('error') or r.get('skipped')} ||||||")
+                continue
+            for rate, v in r.get("rates", {}).items():
+                if "error" in v:
+                    add(f"| {label} | {rate}x | error: {v['error']} |||||")
+                    continue
+                recv = ", ".join(f"{v['received'][s]}/{v['in_bag'][s]}"
+                                 for s in ("camera", "lidar", "odom"))
+                kept = ", ".join(str(v["kept"][s]) for s in ("camera", "lidar", "odom"))
+                drop = ", ".join(str(v["dropped"][s]) for s in ("camera", "lidar", "odom"))
+                add(f"| {label} | {float(rate):g}x | {recv} | {kept} | {drop} | "
+                    f"{v['cpu_percent']} | {v.get('stop_s', '–')}, {v.get('exit_code', '–')} |")
+        add("")
+    for line in tl.get("notes", []):
+        add(f"- {line}")
+    if tl.get("notes"):
+        add("")
+
+
+def _kept_blocks(report: Path) -> str:
+    """Sections other benchmarks write into the report between `<!-- NAME:begin -->` and
+    `<!-- NAME:end -->` (bench/fleet_bench.py, bench/soak.py): carried over as they are."""
+    import re
+
+    if not report.exists():
+        return ""
+    found = re.finditer(r"<!-- (\w+):begin -->.*?<!-- \1:end -->", report.read_text(), re.S)
+    return "".join("\n" + m.group(0) + "\n" for m in found)

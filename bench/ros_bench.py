@@ -81,7 +81,8 @@ def _ros_variant(d: Path, ds: Any, queries: list[dict[str, Any]], caller: Any, f
     scratch = BENCH_DIR / "results" / "raw" / "scratch" / f"ros_{ds.n}"
     mem = copy_store(d, scratch)
     t0 = time.perf_counter()
-    logf = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would block it
+    # A file, not a pipe: a full pipe would block it. Read and closed in the finally below.
+    logf = tempfile.TemporaryFile("w+")  # noqa: SIM115
     srv = subprocess.Popen(_server_cmd(mem, fixed), cwd=REPO_ROOT, env=dict(os.environ),
                            stdout=logf, stderr=subprocess.STDOUT, text=True,
                            start_new_session=True)
@@ -141,13 +142,16 @@ def _ros_variant(d: Path, ds: Any, queries: list[dict[str, Any]], caller: Any, f
 
 
 def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path,
-                       log: Log) -> dict[str, Any]:
+                       log: Log, python: str | None = None,
+                       one_process: bool = False, domain: int | None = None) -> dict[str, Any]:
     """The recorder fed by `memory-replay` of the sample Go2-like bag at each rate.
 
     The bag (memory_node.sim: camera 12 Hz, lidar 8 Hz, odometry 20 Hz, TF) is generated once
-    and cached; the recorder runs alone in its own process with use_sim_time; its CPU and RSS
-    are sampled during the replay and until its queue has drained; the counters are its own
-    (the "recorder stopped: {...}" line it logs on SIGINT).
+    and cached; the recorder runs alone in its own process with use_sim_time (`one_process`:
+    `memory-node --use-sim-time`, recorder and server with their shared TF listener); its CPU
+    and RSS are sampled during the replay and until its queue has drained; the counters are its
+    own (the "recorder stopped: {...}" line it logs on SIGINT). `python` runs the node of
+    another checkout (its interpreter); the replay is always this checkout's.
     """
     if not (REPO_ROOT / "memory_node" / "ros" / "recorder.py").exists() or not (
             REPO_ROOT / "memory_node" / "ros" / "replay.py").exists():
@@ -159,16 +163,20 @@ def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path
 
     sample = load_sample(CACHE_DIR / f"go2_bag_{int(duration_s)}", seed=7,
                          duration_s=duration_s)
-    env = isolated_env(int(DOMAIN_ID) + 1)
-    out: dict[str, Any] = {"bag_duration_s": duration_s, "rates": {}}
+    env = isolated_env(int(DOMAIN_ID) + 1 if domain is None else domain)
+    out: dict[str, Any] = {"bag_duration_s": duration_s, "rates": {},
+                           "node": "memory-node" if one_process else "memory-recorder"}
     for rate in rates:
         mem = scratch_root / f"ros_ingest_{rate}"
         shutil.rmtree(mem, ignore_errors=True)
         logs = scratch_root / f"ros_ingest_{rate}_logs"
         logs.mkdir(parents=True, exist_ok=True)
-        rec = NodeProcess(["-m", "memory_node.ros.recorder", "--ros-args", "-p",
-                           "use_sim_time:=true", "-p", f"memory_dir:={mem}"], env,
-                          logs / "recorder.log")
+        node_args = (["-m", "memory_node.ros.main", "--use-sim-time", "--memory-dir",
+                      str(mem)] if one_process else
+                     ["-m", "memory_node.ros.recorder", "--ros-args", "-p",
+                      "use_sim_time:=true", "-p", f"memory_dir:={mem}"])
+        rec = NodeProcess(node_args, env, logs / "recorder.log",
+                          python=python or sys.executable)
         try:
             rec.wait_for("recording", timeout=120)
             ps = psutil.Process(rec.proc.pid)
@@ -201,7 +209,9 @@ def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path
             cpu1 = ps.cpu_times()
             cpu = 100 * (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall
         finally:
-            rec.stop()
+            t_stop = time.perf_counter()
+            code = rec.stop()
+            stop_s = time.perf_counter() - t_stop
         stats = None
         for line in rec.lines:
             if "recorder stopped:" in line:
@@ -225,6 +235,7 @@ def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path
             "dropped": {s: stats[s]["dropped"] for s in ("camera", "lidar", "odom")},
             "failed": {s: stats[s]["failed"] for s in ("camera", "lidar", "odom")},
             "cpu_percent": round(cpu, 1), "rss_peak_mb": round(rss_peak, 1), "counters": stats,
+            "stop_s": round(stop_s, 2), "exit_code": code,
         }
         out["rates"][str(rate)] = r
         log(f"  ROS ingest {rate}x: kept {r['kept']}, dropped {r['dropped']}, "

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -79,18 +80,20 @@ def isolated_env(domain: int | None = None) -> dict[str, str]:
 class NodeProcess:
     """A node subprocess with its output collected; stopped with SIGINT, killed as fallback."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path):
+    def __init__(self, args: list[str], env: dict[str, str], log: Path,
+                 python: str | None = None):
         self.log_path = log
         self.lines: list[str] = []
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen([python or sys.executable, *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         with open(self.log_path, "w") as log:
-            for line in self.proc.stdout:
+            for line in self.proc.stdout or ():
                 log.write(line)
                 log.flush()
                 with self._cond:
@@ -162,7 +165,7 @@ class Session:
                 if on_wait is not None:
                     on_wait()
                 time.sleep(0.1)
-            out = proc.stdout.read()
+            out = proc.stdout.read() if proc.stdout else ""
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -222,14 +225,14 @@ def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
         cv2.rectangle(img, px(x_min, y_max), px(x_max, y_min), (180, 180, 180), 2)
         cv2.putText(img, name.replace("_", " "), px(x_min + 0.2, y_max - 0.4),
                     cv2.FONT_HERSHEY_SIMPLEX, 0.5, (120, 120, 120), 1)
-    for a, b in zip(pts, pts[1:]):
+    for a, b in pairwise(pts):
         cv2.line(img, px(*a), px(*b), (200, 160, 120), 1)
     store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
     try:
         for obs in store.rows("stream = 'camera'"):
             if obs.pose is not None and obs.pose.frame == "map":
-                b = float(obs.tags.get("brightness", 0.5))  # dark blue .. bright yellow
-                colour = (int(160 * (1 - b)), int(40 + 215 * b), int(40 + 215 * b))
+                lum = float(obs.tags.get("brightness", 0.5))  # dark blue .. bright yellow
+                colour = (int(160 * (1 - lum)), int(40 + 215 * lum), int(40 + 215 * lum))
                 cv2.circle(img, px(obs.pose.x, obs.pose.y), 4, colour, -1)
     finally:
         store.close()

@@ -91,7 +91,7 @@ class MemoryClient(ABC):
         """The configured stream names, shown when the live list cannot be had."""
         return DEFAULT_STREAMS
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a no-op default: a client holding nothing keeps it)
         """Release what the client holds (a ROS node); the in-process engine stays open."""
 
 

@@ -97,7 +97,7 @@ class RosClient(MemoryClient):
             prefix = "/" + service_prefix.strip("/") if service_prefix.strip("/") else ""
             self._types = {"search": Search, "save": Save, "compact": Compact,
                            "streams": Streams}
-            self._clients = {name: node.create_client(srv, f"{prefix}/{name}",
+            self._clients: dict[str, Any] = {name: node.create_client(srv, f"{prefix}/{name}",
                                                       qos_profile=CLIENT_QOS)
                              for name, srv in self._types.items()}
             # Same subscriptions and QoS as the nodes (DESIGN.md: /tf_static

@@ -78,7 +78,7 @@ FILTER_FIELDS = ("semantic_query", "near_x", "near_y", "near", "radius", "after_
 # Where and when, for visits: the search's own place and time fields.
 PLACE_TIME_FIELDS = ("near", "near_x", "near_y", "near_here", "radius", "after_seconds_ago",
                      "before_seconds_ago", "after", "before")
-_DEFAULTS = {"k": Field(default=DEFAULT_K)}
+_DEFAULTS: dict[str, Any] = {"k": Field(default=DEFAULT_K)}
 
 QueryAgentMemoryArgs = pick("QueryAgentMemoryArgs", SearchQuery, FILTER_FIELDS, _DEFAULTS)
 QueryMemoryArgs = pick(
@@ -145,7 +145,7 @@ class Skill:
         if not self.args:
             return {"type": "object", "properties": {}, "required": [],
                     "additionalProperties": False}
-        return tool_parameters(self.args)  # type: ignore[arg-type]
+        return tool_parameters(self.args)
 
     def bind(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments checked against the model; null means "not given" (models send it)."""
@@ -376,7 +376,7 @@ class _MemorySkills:
         if pose is None:
             return (line + "\nThe robot's position is not known yet (no transform from the "
                     "world frame to the robot), so earlier visits cannot be looked up.")
-        here = {"near_x": round(pose.x, 3), "near_y": round(pose.y, 3),
+        here: dict[str, Any] = {"near_x": round(pose.x, 3), "near_y": round(pose.y, 3),
                 "radius": HERE_RADIUS_M, "before_seconds_ago": BEFORE_S}
         try:
             results = _ok(self.client.ask_search(SearchQuery(**here, k=3))).results

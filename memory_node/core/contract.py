@@ -603,7 +603,7 @@ class ErrorAnswer(Answer):
     @classmethod
     def of(cls, code: str, message: str) -> ErrorAnswer:
         code = code if code in ERROR_CODES else "internal"
-        return cls(error=ErrorBody(code=code, message=message))  # type: ignore[arg-type]
+        return cls(error=ErrorBody(code=code, message=message))
 
 
 def pose_out(pose: Pose | None) -> PoseOut:
@@ -633,7 +633,9 @@ def read_answer(raw: Any, model: type[A]) -> A | ErrorAnswer:
         return ErrorAnswer.of("internal", "memory answered an unexpected JSON value")
     try:
         if obj.get("ok") is not True:
-            err = obj.get("error") if isinstance(obj.get("error"), dict) else {}
+            err = obj.get("error")
+            if not isinstance(err, dict):
+                err = {}
             return ErrorAnswer.of(str(err.get("code", "internal")),
                                   str(err.get("message", "memory reported a failure")))
         if model is SearchAnswer and "visits" in obj:
@@ -763,8 +765,8 @@ def pick(name: str, base: type[Request], fields: Sequence[str],
             changed.default = over.default
             definitions[f] = (info.annotation, changed)
     model = create_model(name, __base__=Request, **definitions)
-    model.expects = {**base.expects}  # type: ignore[misc]
-    model.what = "arguments"  # type: ignore[misc]
+    model.expects = {**base.expects}
+    model.what = "arguments"
     return model
 
 

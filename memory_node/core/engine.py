@@ -358,7 +358,7 @@ class MemoryEngine:
             if value is not None and value is not False:
                 raise BadRequest(f"'{name}' is not supported by this memory ({feature})")
         cfg = self.config
-        plan = plan_search(query, now=self.clock(), known_streams=_StreamNames(self),
+        plan = plan_search(query, now=self.clock, known_streams=_StreamNames(self),
                            k_default=cfg.k_default, k_max=cfg.k_max)
         if plan.tags or plan.order_by not in ("score", "time", "-time"):
             # A store without a tag catalogue (the fleet store) leaves tag names unchecked.
@@ -682,7 +682,7 @@ class MemoryEngine:
                 tags["hand_written"] = True
             rows.append(Observation(stream=stream, t=e.t, pose=e.pose, tags=tags, text=e.text,
                                     model_id=self.text_model_id, note_key=e.key))
-        for row, vec in zip(rows, vecs):
+        for row, vec in zip(rows, vecs, strict=True):
             if vec is None:
                 row.model_id = None
         self.store.insert(rows, vecs)
@@ -696,7 +696,7 @@ class MemoryEngine:
         if not rows:
             return 0
         vecs = self._embed_texts([r.text for r in rows])
-        for r, v in zip(rows, vecs):
+        for r, v in zip(rows, vecs, strict=True):
             self.store.set_vector(r.id, v, self.text_model_id)
         self.sync()
         return len(rows)

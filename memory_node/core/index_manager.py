@@ -27,6 +27,7 @@ import time
 import weakref
 import zlib
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -47,6 +48,8 @@ PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's w
 
 def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, float, float]:
     """(t, x, y) for in-memory pre-filtering; NaN where the row has no pose."""
+    if t is None:
+        raise TypeError("a vector row without a time")
     return (float(t), np.nan if x is None else float(x), np.nan if y is None else float(y))
 
 
@@ -83,10 +86,11 @@ class IndexManager:
     # ---- lookup -------------------------------------------------------------------------
     def _new(self, dim: int) -> HNSWIndex:
         c = self.config
-        return make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
-                          ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
-                          gather_max=c.exact_gather_max, storage=c.hnsw_storage,
-                          rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
+        idx = make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
+                         ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
+                         gather_max=c.exact_gather_max, storage=c.hnsw_storage,
+                         rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
+        return cast(HNSWIndex, idx)  # make_index("hnsw", ...) makes one
 
     def keys_for(self, streams: tuple[str, ...] | None) -> list[Key]:
         with self._lock:
@@ -114,7 +118,7 @@ class IndexManager:
         return idx is not None and len(idx.exact_twin.positions(np.array([obs_id]))) > 0
 
     def vector(self, model_id: str | None, stream: str, obs_id: int | None) -> np.ndarray | None:
-        if not self.contains(model_id, stream, obs_id):
+        if model_id is None or not self.contains(model_id, stream, obs_id):
             return None
         return self._indexes[(model_id, stream)].exact_twin.get(np.array([obs_id]))[0]
 
@@ -142,6 +146,9 @@ class IndexManager:
                     if removes:  # keep the feed's order between runs of adds and removals
                         self._remove(removes)
                         removes = []
+                    # An add always carries its model, stream and vector (the feed's contract).
+                    assert ch.model_id is not None and ch.stream is not None
+                    assert ch.vector is not None
                     key = (ch.model_id, ch.stream)
                     ids, vecs, metas = adds.setdefault(key, ([], [], []))
                     ids.append(ch.obs_id)
@@ -187,6 +194,7 @@ class IndexManager:
             if not loaded:
                 how = "rebuilt (no index cache)"
         except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt, never fatal
+            damaged: CacheDamaged | None
             damaged = exc if isinstance(exc, CacheDamaged) else CacheDamaged(
                 "index/", f"{type(exc).__name__}: {exc}")
             self._warn_damaged(damaged)
@@ -248,39 +256,9 @@ class IndexManager:
         unusable: list[tuple[str, int]] = []
         for entry in manifest["keys"]:
             key = (entry["model_id"], entry["stream"])
-            files = entry.get("files")  # version 2 (no checksums): structure checks only
-            base = entry["file"]
-
-            def name(part: str, base: str = base, v2: bool = files is None) -> str:
-                return Path(base).with_suffix("." + part).name if v2 else f"{base}.{part}"
-
-            for part in ("ids.npy", "vecs.npy", "meta.npy"):
-                if files is not None:
-                    _check_file(gen, name(part), files.get(part))
-            ids = _np_load(gen, name("ids.npy"))
-            vecs = _np_load(gen, name("vecs.npy"))
-            meta = _np_load(gen, name("meta.npy"))
-            n, dim = int(entry["n"]), int(entry["dim"])
-            if ids.shape != (n,) or vecs.shape != (n, dim) or meta.shape != (n, 3):
-                raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
-            if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
-                raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
-            if n and (len(np.unique(ids)) != n or ids.min() <= 0):
-                raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
-            idx = self._new(dim)
-            idx.add(ids, vecs, meta)
-            if entry.get("hnsw"):
-                why = None
-                if files is not None:
-                    try:
-                        _check_file(gen, f"{base}.hnsw", files.get("hnsw"))
-                        _check_file(gen, f"{base}.graph_ids.npy", files.get("graph_ids.npy"))
-                    except CacheDamaged as exc:
-                        why = f"{exc.file}: {exc.why}"
-                if why is None and not idx.load_graph(gen / name("hnsw")):
-                    why = "built with other settings, or damaged"
-                if why is not None:
-                    unusable.append((f"{key[0]}/{key[1]} ({why})", len(idx)))
+            idx, why = self._load_entry(gen, entry)
+            if why is not None:
+                unusable.append((f"{key[0]}/{key[1]} ({why})", len(idx)))
             indexes[key] = idx
         if unusable:  # one warning, however many graphs
             log.warning("cached HNSW graph of %s not usable: rebuilding it over %d vectors, "
@@ -288,6 +266,42 @@ class IndexManager:
                         "; ".join(u[0] for u in unusable), sum(u[1] for u in unusable))
         self._indexes, self._seq = indexes, seq
         return True
+
+    def _load_entry(self, gen: Path, entry: dict) -> tuple[HNSWIndex, str | None]:
+        """One key's cached index, checked against its manifest entry; with why its cached
+        graph cannot be used (None when it loaded or there is none)."""
+        files = entry.get("files")  # version 2 (no checksums): structure checks only
+        base = entry["file"]
+
+        def name(part: str) -> str:
+            return Path(base).with_suffix("." + part).name if files is None else f"{base}.{part}"
+
+        for part in ("ids.npy", "vecs.npy", "meta.npy"):
+            if files is not None:
+                _check_file(gen, name(part), files.get(part))
+        ids = _np_load(gen, name("ids.npy"))
+        vecs = _np_load(gen, name("vecs.npy"))
+        meta = _np_load(gen, name("meta.npy"))
+        n, dim = int(entry["n"]), int(entry["dim"])
+        if ids.shape != (n,) or vecs.shape != (n, dim) or meta.shape != (n, 3):
+            raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
+        if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
+            raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
+        if n and (len(np.unique(ids)) != n or ids.min() <= 0):
+            raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
+        idx = self._new(dim)
+        idx.add(ids, vecs, meta)
+        if not entry.get("hnsw"):
+            return idx, None
+        if files is not None:
+            try:
+                _check_file(gen, f"{base}.hnsw", files.get("hnsw"))
+                _check_file(gen, f"{base}.graph_ids.npy", files.get("graph_ids.npy"))
+            except CacheDamaged as exc:
+                return idx, f"{exc.file}: {exc.why}"
+        if not idx.load_graph(gen / name("hnsw")):
+            return idx, "built with other settings, or damaged"
+        return idx, None
 
     def _verify_sample(self, per_key: int = 32) -> CacheDamaged | None:
         """Compare a sample of cached rows with memory.db, both ways: each sampled cached
@@ -304,7 +318,7 @@ class IndexManager:
                 rows = self.store.vector_rows(pick.tolist())
                 twin = idx.exact_twin
                 vecs, meta = twin.get(pick), twin.meta()[twin.positions(pick)]
-                for oid, vec, m in zip(pick.tolist(), vecs, meta):
+                for oid, vec, m in zip(pick.tolist(), vecs, meta, strict=True):
                     row = rows.get(oid)
                     if row is None or (row[1], row[0]) != key:
                         return CacheDamaged(_file_base(key) + ".ids.npy",

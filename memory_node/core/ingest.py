@@ -83,7 +83,7 @@ class Ingestor:
             return []
         descs = [self.describer().describe(f.image_bgr) for f in frames]
         rows, refs = [], []
-        for f, d in zip(frames, descs):
+        for f in frames:
             ok, buf = cv2.imencode(".jpg", f.image_bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
             if not ok:
                 raise ValueError("JPEG encoding of a camera frame failed")
@@ -96,7 +96,7 @@ class Ingestor:
         else:
             vecs = self.embed_texts([d.text for d in descs])
             model_id = self.text_model_id()
-        for f, d, ref in zip(frames, descs, refs):
+        for f, d, ref in zip(frames, descs, refs, strict=True):
             tags = {**d.tags, **f.tags}
             rows.append(Observation(stream=stream, t=f.t, pose=f.pose, tags=tags, text=d.text,
                                     ref=ref, model_id=model_id, view=f.view))

@@ -12,7 +12,6 @@ import http.client
 import json
 import os
 import re
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -240,7 +239,6 @@ class ChatClient:
         except (
             urllib.error.URLError,
             http.client.HTTPException,
-            socket.timeout,
             TimeoutError,
             ConnectionError,
         ) as exc:

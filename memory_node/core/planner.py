@@ -12,6 +12,7 @@ the engine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,6 +23,22 @@ from memory_node.core.types import Observation
 from memory_node.core.vectors import top_k
 
 Scored = list[tuple[Observation, float | None]]
+Key = tuple[str, str]  # (model_id, stream): one vector index
+QueryVectors = dict[str, np.ndarray | None]  # the query's embedding per model
+
+
+@dataclass
+class Hits:
+    """What one path found: scored (id, score) arrays per index, and the ids of candidate rows
+    without a usable vector (they fill in, newest first, when the scored ones run short)."""
+
+    ids: list[np.ndarray] = field(default_factory=list)
+    scores: list[np.ndarray] = field(default_factory=list)
+    unscored: list[int] = field(default_factory=list)
+
+    def add(self, ids: np.ndarray, scores: np.ndarray) -> None:
+        self.ids.append(ids)
+        self.scores.append(scores)
 
 
 class QueryPlanner:
@@ -51,87 +68,106 @@ class QueryPlanner:
 
         if req.order_by != "score":
             return self._ordered_with_scores(req, qvecs), notes
-
-        scored_ids: list[np.ndarray] = []
-        scored_vals: list[np.ndarray] = []
-        unscored: list[int] = []
         # Views (seen_near) and the archive are SQL's: they take the candidate path.
         in_sql = bool(req.tags) or req.filter.seen_near or req.include_archived
         if req.has_filters and not in_sql:
-            # Time and place filters run in memory, over each index's (t, x, y) columns:
-            # the same comparisons as SQL, without a round trip.
-            matched = 0
-            for key in keys:
-                qv = qvecs.get(key[0])
-                if qv is None:
-                    continue
-                twin = self.indexes.get(key).exact_twin
-                pos = twin.filter_positions(req.t_min, req.t_max, req.near, req.radius)
-                matched += len(pos)
-                if len(pos):
-                    i, s = twin.search_positions(qv, req.k, pos)
-                    scored_ids.append(i)
-                    scored_vals.append(s)
-            if matched < req.k:  # too few embedded matches: rows without vectors fill in
-                have = set(np.concatenate(scored_ids).tolist()) if scored_ids else set()
-                unscored = [i for i in self.store.candidates(req.filter).ids.tolist()
-                            if i not in have]
+            hits = self._filtered_in_memory(req, keys, qvecs)
         elif req.has_filters or in_sql:
-            cand = self.store.candidates(req.filter)
-            # Archived rows kept their vectors apart from the index: scored here, exactly.
-            archived = (self.store.archived_vectors(cand.ids.tolist())
-                        if req.include_archived else {})
-            got_ids, got_vals = [], []
-            for oid, (model_id, vec) in archived.items():
-                qv = qvecs.get(model_id) if model_id else None
-                if qv is not None and len(vec) == len(qv):
-                    got_ids.append(oid)
-                    got_vals.append(float(vec @ qv))
-            if got_ids:
-                scored_ids.append(np.asarray(got_ids, np.int64))
-                scored_vals.append(np.asarray(got_vals, np.float32))
-            groups: dict[tuple[str, str], list[int]] = {}
-            got = set(got_ids)
-            for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids):
-                if oid in archived:
-                    if oid not in got:
-                        unscored.append(oid)
-                    continue
-                if model_id is not None and qvecs.get(model_id) is not None:
-                    groups.setdefault((model_id, stream), []).append(oid)
-                else:
-                    unscored.append(oid)
-            for key, ids in groups.items():
-                idx = self.indexes.get(key)
-                if idx is None:
-                    unscored.extend(ids)
-                    continue
-                arr = np.asarray(ids, np.int64)
-                i, s = idx.search(qvecs[key[0]], req.k, candidates=arr)
-                scored_ids.append(i)
-                scored_vals.append(s)
-                if len(i) < min(req.k, len(arr)):  # rows whose vectors are not indexed yet
-                    unscored.extend(np.setdiff1d(arr, self.indexes.ids_of(key)).tolist())
+            hits = self._filtered_in_store(req, qvecs)
         else:
-            for key in keys:
-                qv = qvecs.get(key[0])
-                if qv is None:
-                    continue
-                if self.indexes.building(key):
-                    notes.append(f"exact search over {key[1]}: its graph index is being built"
-                                 " in the background")
-                i, s = self.indexes.get(key).search(qv, req.k)
-                scored_ids.append(i)
-                scored_vals.append(s)
-        ids = np.concatenate(scored_ids) if scored_ids else np.empty(0, np.int64)
-        vals = np.concatenate(scored_vals) if scored_vals else np.empty(0, np.float32)
+            hits = self._unfiltered(req, keys, qvecs, notes)
+        return self._ranked(req, hits), notes
+
+    def _filtered_in_memory(self, req: SearchPlan, keys: list[Key], qvecs: QueryVectors) -> Hits:
+        """Time and place filters run in memory, over each index's (t, x, y) columns: the same
+        comparisons as SQL, without a round trip."""
+        hits = Hits()
+        matched = 0
+        for key in keys:
+            qv = qvecs.get(key[0])
+            idx = self.indexes.get(key)
+            if qv is None or idx is None:
+                continue
+            twin = idx.exact_twin
+            pos = twin.filter_positions(req.t_min, req.t_max, req.near, req.radius)
+            matched += len(pos)
+            if len(pos):
+                hits.add(*twin.search_positions(qv, req.k, pos))
+        if matched < req.k:  # too few embedded matches: rows without vectors fill in
+            have = set(np.concatenate(hits.ids).tolist()) if hits.ids else set()
+            hits.unscored = [i for i in self.store.candidates(req.filter).ids.tolist()
+                             if i not in have]
+        return hits
+
+    def _filtered_in_store(self, req: SearchPlan, qvecs: QueryVectors) -> Hits:
+        """Tag filters (with any others) run in SQL; the candidates are scored exactly."""
+        hits = Hits()
+        cand = self.store.candidates(req.filter)
+        # Archived rows (include_archived) kept their vectors apart from the index: scored
+        # here, exactly.
+        archived = (self.store.archived_vectors(cand.ids.tolist())
+                    if req.include_archived else {})
+        got_ids, got_vals = [], []
+        for oid, (model_id, vec) in archived.items():
+            qv = qvecs.get(model_id) if model_id else None
+            if qv is not None and len(vec) == len(qv):
+                got_ids.append(oid)
+                got_vals.append(float(vec @ qv))
+        if got_ids:
+            hits.add(np.asarray(got_ids, np.int64), np.asarray(got_vals, np.float32))
+        got = set(got_ids)
+        groups: dict[Key, list[int]] = {}
+        for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids,
+                                        strict=True):
+            if oid in archived:
+                if oid not in got:
+                    hits.unscored.append(oid)
+                continue
+            if model_id is not None and qvecs.get(model_id) is not None:
+                groups.setdefault((model_id, stream), []).append(oid)
+            else:
+                hits.unscored.append(oid)
+        for key, ids in groups.items():
+            idx = self.indexes.get(key)
+            qv = qvecs[key[0]]
+            if idx is None or qv is None:
+                hits.unscored.extend(ids)
+                continue
+            arr = np.asarray(ids, np.int64)
+            i, s = idx.search(qv, req.k, candidates=arr)
+            hits.add(i, s)
+            if len(i) < min(req.k, len(arr)):  # rows whose vectors are not indexed yet
+                hits.unscored.extend(np.setdiff1d(arr, self.indexes.ids_of(key)).tolist())
+        return hits
+
+    def _unfiltered(self, req: SearchPlan, keys: list[Key], qvecs: QueryVectors,
+                    notes: list[str]) -> Hits:
+        """No filter: each index answers (HNSW above its size threshold)."""
+        hits = Hits()
+        for key in keys:
+            qv = qvecs.get(key[0])
+            idx = self.indexes.get(key)
+            if qv is None or idx is None:
+                continue
+            if self.indexes.building(key):
+                notes.append(f"exact search over {key[1]}: its graph index is being built"
+                             " in the background")
+            hits.add(*idx.search(qv, req.k))
+        return hits
+
+    def _ranked(self, req: SearchPlan, hits: Hits) -> Scored:
+        """The k best hits by score; with room left (and no min_score), rows without vectors
+        fill in, newest first."""
+        ids = np.concatenate(hits.ids) if hits.ids else np.empty(0, np.int64)
+        vals = np.concatenate(hits.scores) if hits.scores else np.empty(0, np.float32)
         if req.min_score is not None:
             keep = vals >= req.min_score
             ids, vals = ids[keep], vals[keep]
         ids, vals = top_k(ids, vals, req.k)
         rows = self._get(req, ids.tolist())
-        out: list[tuple[Observation, float | None]] = [
-            (rows[i], float(s)) for i, s in zip(ids.tolist(), vals.tolist()) if i in rows
+        out: Scored = [
+            (rows[i], float(s))
+            for i, s in zip(ids.tolist(), vals.tolist(), strict=True) if i in rows
         ]
         missing = req.k - len(out)
         if missing > 0 and req.min_score is None:
@@ -141,18 +177,17 @@ class QueryPlanner:
                 fill = [o for o in fill if o.id not in have
                         and not self.indexes.contains(o.model_id, o.stream, o.id)]
             else:
-                fill_rows = self._get(req, unscored)
+                fill_rows = self._get(req, hits.unscored)
                 fill = sorted(fill_rows.values(), key=lambda o: (o.t, o.id), reverse=True)
             out.extend((o, None) for o in fill[:missing])
-        return out, notes
+        return out
 
     def _get(self, req: SearchPlan, ids: list[int]) -> dict[int, Observation]:
         if req.include_archived:
             return self.store.get(ids, include_archived=True)  # type: ignore[call-arg]
         return self.store.get(ids)
 
-    def _ordered_with_scores(self, req: SearchPlan, qvecs: dict[str, np.ndarray | None]
-                             ) -> list[tuple[Observation, float | None]]:
+    def _ordered_with_scores(self, req: SearchPlan, qvecs: QueryVectors) -> Scored:
         """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
         cand = self.store.candidates(req.filter)
         rows = self._get(req, cand.ids.tolist())
@@ -177,9 +212,12 @@ class QueryPlanner:
             desc = key.startswith("-")
 
             def tag_key(p: tuple[Observation, float | None]) -> tuple:
-                v = p[0].tags.get(tag)
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-                return (0 if ok else 1, (-v if desc else v) if ok else 0, -p[0].t, -p[0].id)
+                obs = p[0]
+                v = obs.tags.get(tag)
+                last = (-obs.t, -(obs.id or 0))  # stored rows always have an id
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    return (0, -v if desc else v, *last)
+                return (1, 0, *last)
 
             scored.sort(key=tag_key)
         return scored[: req.k]

@@ -10,7 +10,7 @@ wrong is reported as `BadRequest` before any storage is touched.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -193,9 +193,11 @@ def read_save(raw: Any, *, max_bytes: int) -> SaveNote:
     return validate(SaveNote, body)
 
 
-def plan_search(q: SearchQuery, *, now: float, known_streams: Collection[str],
-                k_default: int, k_max: int) -> SearchPlan:
-    """Resolve times against `now`, check the streams, default and cap k."""
+def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
+                known_streams: Collection[str], k_default: int, k_max: int) -> SearchPlan:
+    """Resolve times against `now`, check the streams, default and cap k. `now` may be the
+    clock itself: it is read only for "seconds ago" fields (a node under simulated time has
+    no clock before its first /clock, and a search that needs none still works)."""
     plan = SearchPlan(k=k_default)
     names = q.stream_names
     if names is not None:
@@ -214,7 +216,10 @@ def plan_search(q: SearchQuery, *, now: float, known_streams: Collection[str],
     plan.seen_near = bool(q.seen_near)
     plan.include_archived = bool(q.include_archived)
     plan.visits = bool(q.visits)
-    plan.t_min, plan.t_max = q.time_window(now)
+    if q.after_seconds_ago is not None or q.before_seconds_ago is not None:
+        plan.t_min, plan.t_max = q.time_window(now() if callable(now) else now)
+    else:
+        plan.t_min, plan.t_max = q.time_window(0.0)  # absolute bounds only
     plan.tags = dict(q.tags or {})
     if q.order_by is None:
         plan.order_by = "score" if plan.semantic_query else "-time"
@@ -238,8 +243,8 @@ def check_tag_names(plan: SearchPlan, catalogue: Mapping[str, Mapping[str, bool]
     scope = plan.streams if plan.streams is not None else tuple(catalogue)
     known: dict[str, bool] = {}
     for s in scope:
-        for tag, numeric in catalogue.get(s, {}).items():
-            known[tag] = known.get(tag, False) or numeric
+        for tag, is_number in catalogue.get(s, {}).items():
+            known[tag] = known.get(tag, False) or is_number
     if not known:
         return
     known = {**{t: n for t, n in ENGINE_TAGS.items() if t not in known}, **known}

@@ -77,14 +77,17 @@ class FleetEngine(MemoryEngine):
                 "clip", image_model_path=cfg.clip_image_model,
                 text_model_path=cfg.clip_text_model, tokenizer_path=cfg.clip_tokenizer,
                 onnx_threads=cfg.onnx_threads)
-        self.store = store  # type: ignore[assignment] - the fleet store serves the reads
+        self.store = store  # type: ignore[assignment]  # the fleet store serves the reads
         log.info("fleet memory opened at %s for robot %r in %.2f s", store.label,
                  self.robot_id, time.perf_counter() - t0)
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Close the fleet store. False, as MemoryEngine.close when no index cache was
+        written: the fleet engine has none."""
         if self.store is not None:
             self.store.close()
         self.store = None
+        return False
 
     def sync(self) -> int:
         return 0  # no in-memory index: PostgreSQL is always current

@@ -247,12 +247,12 @@ class FleetStore:
                     " pose_source text, tags text, text text, ref text, model_id text,"
                     " note_key text, emb vector, archived_at float8, archive_reason text,"
                     " kept_local_id int8) ON COMMIT DELETE ROWS")
-                with conn.cursor() as cur:
-                    with cur.copy(f"COPY memory_push ({', '.join(PUSH_COLUMNS)})"
-                                  " FROM STDIN (FORMAT BINARY)") as copy:
-                        copy.set_types(list(_PUSH_TYPES))
-                        for r in rows:
-                            copy.write_row(r)
+                with (conn.cursor() as cur,
+                      cur.copy(f"COPY memory_push ({', '.join(PUSH_COLUMNS)})"
+                               " FROM STDIN (FORMAT BINARY)") as copy):
+                    copy.set_types(list(_PUSH_TYPES))
+                    for r in rows:
+                        copy.write_row(r)
                 cols = ", ".join(PUSH_COLUMNS)
                 sel = ", ".join("tags::jsonb" if c == "tags" else c for c in PUSH_COLUMNS)
                 upd = [c for c in PUSH_COLUMNS if c not in ("robot_id", "store_id", "local_id")]

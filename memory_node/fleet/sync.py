@@ -255,6 +255,7 @@ class FleetSync:
         Raises FleetUnavailable when the connection is lost (the caller retries)."""
         if self.cursor is None:
             self._start()
+        assert self.cursor is not None  # _start sets it (or raises)
         sent = 0
         while not self._stop:
             last, ids = self.outbox.next_batch(self.cursor, self.batch_size)

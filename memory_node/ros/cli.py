@@ -63,8 +63,9 @@ class ServiceCaller:
         self.types = {"search": Search, "save": Save, "compact": Compact, "streams": Streams}
         from memory_node.ros.common import CLIENT_QOS
 
-        self.clients = {k: self.node.create_client(t, SERVICES[k], qos_profile=CLIENT_QOS)
-                        for k, t in self.types.items()}
+        self.clients: dict[str, Any] = {
+            k: self.node.create_client(t, SERVICES[k], qos_profile=CLIENT_QOS)
+            for k, t in self.types.items()}
 
     def call(self, verb: str, payload: str | None = None, timeout: float = 10.0) -> str:
         import time
@@ -93,7 +94,9 @@ class ServiceCaller:
             return json.dumps({"ok": False, "error": {
                 "code": "unavailable", "message": f"{SERVICES[verb]} did not answer within "
                 f"{timeout:g} s"}})
-        return future.result().result.data
+        response = future.result()
+        assert response is not None  # done, and a service call's future holds its response
+        return response.result.data
 
     def close(self) -> None:
         self.executor.shutdown()
@@ -137,8 +140,8 @@ def _num(v: float | None, places: int = 2) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)
 
 

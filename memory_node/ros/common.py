@@ -105,14 +105,22 @@ class _Freshness:
     """
 
     WINDOW_S = 30.0
+    JITTER_S = 1.0
 
     def __init__(self) -> None:
         # key -> [latest stamp, offset of this window, offset of the last window, window start]
         self._seen: dict[str, list[float]] = {}
 
     def seen(self, key: str, stamp: float, now: float) -> None:
+        if now <= 0.0:  # use_sim_time before the first /clock: a delay of -stamp, not one
+            return
         entry = self._seen.get(key)
         delay = now - stamp
+        if -self.JITTER_S < delay < 0.0:
+            # A transform stamped a moment ahead of our clock (a /clock that updates at 50 Hz
+            # under simulated time, NTP jitter) is on time, not a clock offset: taken as the
+            # minimum it would add its lead to every later age.
+            delay = 0.0
         if entry is None or now < entry[3]:  # new source, or the clock jumped back
             self._seen[key] = [stamp, delay, delay, now]
             return
@@ -325,7 +333,8 @@ class PoseTracker:
     def _tf_chain(self) -> list[str]:
         """The frames from the base frame up towards the world frame (each an edge's child)."""
         parents = self.buffer.frames()
-        chain, frame = [], self.base_frame
+        chain: list[str] = []
+        frame = self.base_frame
         while frame != self.world_frame and frame in parents and len(chain) < 64:
             chain.append(frame)
             frame = parents[frame]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -62,10 +62,10 @@ def _field_view(msg: Any, names: Sequence[str]) -> np.ndarray:
     """(height, width) structured view of the requested fields over msg.data (no copy)."""
     height, width = int(msg.height), int(msg.width)
     point_step, row_step = int(msg.point_step), int(msg.row_step)
-    fields = {}
+    fields: dict[str, Any] = {}
     for field in msg.fields:
         fields.setdefault(str(field.name), field)  # the first of duplicate names wins
-    order = ">" if bool(msg.is_bigendian) else "<"
+    order: Literal["<", ">"] = ">" if bool(msg.is_bigendian) else "<"
     formats, offsets = [], []
     for name in names:
         field = fields.get(name)
@@ -202,7 +202,7 @@ def make_cloud(
     height, width = int(arr.shape[0]), int(arr.shape[1])
     if width == 0:
         height = 1
-    order = ">" if big_endian else "<"
+    order: Literal["<", ">"] = ">" if big_endian else "<"
     offsets, offset = [], 0
     for _, dt in specs:
         offsets.append(offset)

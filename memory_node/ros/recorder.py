@@ -163,7 +163,8 @@ class MemoryRecorder(Node):
         from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 
         compressed = cfg["use_compressed"]
-        subscriptions = {  # stream: (topic, message class, callback, QoS)
+        # stream: (topic, message class, callback, QoS)
+        subscriptions: dict[str, tuple[str, Any, Any, QoSProfile | int]] = {
             "camera": (cfg["compressed_topic"] if compressed else cfg["camera_topic"],
                        CompressedImage if compressed else Image,
                        lambda m: self._on_sensor("camera", m, "compressed" if compressed
@@ -205,7 +206,7 @@ class MemoryRecorder(Node):
         """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
         message stamps: messages of different topics may arrive out of order."""
         now = node_now(self)
-        if self.timeline.observe(now):
+        if self.timeline.observe(now) and self.timeline.jumped_from is not None:
             self.get_logger().warning(
                 f"time jumped back by {self.timeline.jumped_from - now:.1f} s: keyframe gates "
                 "reset")
@@ -488,11 +489,9 @@ class MemoryRecorder(Node):
     def _publish_stats(self) -> None:
         self.stats_pub.publish(String(data=json.dumps(self.stats())))
         c = self.counters
-        self.get_logger().debug(
-            "camera kept/skipped/dropped %d/%d/%d, lidar %d/%d/%d, odom %d/%d/%d" % (
-                c["camera"].kept, c["camera"].skipped, c["camera"].dropped,
-                c["lidar"].kept, c["lidar"].skipped, c["lidar"].dropped,
-                c["odom"].kept, c["odom"].skipped, c["odom"].dropped))
+        n = {s: f"{c[s].kept}/{c[s].skipped}/{c[s].dropped}" for s in ("camera", "lidar", "odom")}
+        self.get_logger().debug(f"camera kept/skipped/dropped {n['camera']}, lidar {n['lidar']},"
+                                f" odom {n['odom']}")
 
     def drain(self, timeout_s: float = 30.0) -> bool:
         """Wait until every received message is gated and every keyframe stored (used at

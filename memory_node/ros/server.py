@@ -22,6 +22,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import Node as LifecycleNode
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.timer import Timer
 from std_msgs.msg import String
 
 from memory_node.core.config import ConfigError, MemoryConfig
@@ -83,7 +84,7 @@ class MemoryServer(LifecycleNode):
         self._compaction = MutuallyExclusiveCallbackGroup()
         self.poses = poses or pose_tracker_from_params(
             self, callback_group=MutuallyExclusiveCallbackGroup())
-        self._persist_timer = None
+        self._persist_timer: Timer | None = None
         self._memory_services: list = []
         from visualization_msgs.msg import MarkerArray
 
@@ -121,7 +122,7 @@ class MemoryServer(LifecycleNode):
     def _open_engine(self, config: MemoryConfig) -> Any:
         """The local engine over memory_dir, or (backend fleet) the same contract served from
         the fleet's PostgreSQL store."""
-        kwargs = {"clock": self.engine_clock, "pose_provider": self.current_pose}
+        kwargs: dict[str, Any] = {"clock": self.engine_clock, "pose_provider": self.current_pose}
         if self.settings["backend"] != "fleet":
             return self._engine_factory(config, **kwargs)
         from memory_node.fleet.engine import open_engine
@@ -163,8 +164,8 @@ class MemoryServer(LifecycleNode):
                 if config.identity() == self._engine_identity:
                     self.get_logger().info("configure: same parameters, engine kept (no-op)")
                     return TransitionCallbackReturn.SUCCESS
-                changed = sorted(k for k, v in config.identity().items()
-                                 if self._engine_identity.get(k) != v)
+                running = self._engine_identity or {}
+                changed = sorted(k for k, v in config.identity().items() if running.get(k) != v)
                 self.get_logger().error(
                     "configure refused: parameters differ from the running engine's "
                     f"({', '.join(changed)}); shut the node down to switch")
@@ -218,7 +219,8 @@ class MemoryServer(LifecycleNode):
             return
         try:
             eng.sync()  # pick up the recorder's rows even when nobody searches
-            eng.indexes.maybe_persist()
+            if eng.indexes is not None:  # the fleet engine has no local index to persist
+                eng.indexes.maybe_persist()
         except Exception as exc:  # noqa: BLE001
             self.get_logger().warning(f"index maintenance failed: {exc}")
 

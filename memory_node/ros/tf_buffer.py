@@ -110,12 +110,12 @@ class Transform:
     # -- construction -------------------------------------------------------------------
     @classmethod
     def identity(cls) -> Transform:
-        return cls((0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+        return cls(np.zeros(3), np.array((0.0, 0.0, 0.0, 1.0)))
 
     @classmethod
     def from_xyz_yaw(cls, x: float, y: float, yaw: float, z: float = 0.0) -> Transform:
         """Planar pose: position and heading."""
-        return cls((x, y, z), quaternion_from_yaw(yaw))
+        return cls(np.array((x, y, z)), np.array(quaternion_from_yaw(yaw)))
 
     @classmethod
     def from_matrix(cls, matrix: np.ndarray) -> Transform:
@@ -136,7 +136,7 @@ class Transform:
             return cls.from_msg(msg.pose)
         else:
             raise TypeError(f"cannot read a transform from {type(msg).__name__}")
-        return cls((t.x, t.y, t.z), (r.x, r.y, r.z, r.w))
+        return cls(np.array((t.x, t.y, t.z)), np.array((r.x, r.y, r.z, r.w)))
 
     # -- views --------------------------------------------------------------------------
     @property

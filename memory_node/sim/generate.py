@@ -161,7 +161,7 @@ class _Messages:
         self.CameraInfo = t["sensor_msgs/msg/CameraInfo"]
         self.RegionOfInterest = t["sensor_msgs/msg/RegionOfInterest"]
         self.PointCloud2 = t["sensor_msgs/msg/PointCloud2"]
-        self.PointField = t["sensor_msgs/msg/PointField"]
+        self.PointField: Any = t["sensor_msgs/msg/PointField"]
 
     def header(self, ns: int, frame: str) -> Any:
         return self.Header(self.Time(ns // 1_000_000_000, ns % 1_000_000_000), frame)
@@ -254,7 +254,8 @@ def _camera_info(m: _Messages, ns: int, cam: CameraModel) -> Any:
 
 def _cloud_message(m: _Messages, ns: int, pts: np.ndarray) -> Any:
     f32 = m.PointField.FLOAT32
-    fields = [m.PointField(name, 4 * i, f32, 1) for i, name in enumerate("x y z intensity".split())]
+    fields = [m.PointField(name, 4 * i, f32, 1)
+              for i, name in enumerate(["x", "y", "z", "intensity"])]
     data = np.ascontiguousarray(pts, dtype="<f4").view(np.uint8).reshape(-1)
     return m.PointCloud2(
         m.header(ns, FRAME_LIDAR), 1, len(pts), fields, False, 16, 16 * len(pts), data, True
@@ -437,7 +438,8 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     tp = np.arange(int(math.floor(dur * PATH_RATE + 1e-9)) + 1) / PATH_RATE
     path = world.traj.pose(tp)
     path_list = [
-        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])} for t, p in zip(tp, path)
+        {"t": _stamp(t), "x": _r(p[0]), "y": _r(p[1]), "yaw": _r(p[2])}
+        for t, p in zip(tp, path, strict=True)
     ]
 
     # revisits: a later path sample within REVISIT_RADIUS of a sample long enough before it
@@ -514,14 +516,14 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     ]
 
     landmarks: dict[str, Any] = {}
-    for f in plan.features:
-        c = f.center
-        landmarks[f.name] = {
+    for feat in plan.features:
+        c = feat.center
+        landmarks[feat.name] = {
             "x": _r(c[0]),
             "y": _r(c[1]),
-            "color": f.color,
-            "kind": f.kind,
-            "room": f.room,
+            "color": feat.color,
+            "kind": feat.kind,
+            "room": feat.room,
         }
     for p in plan.props:
         c = p.center
@@ -762,6 +764,51 @@ def _seen(world: _World, walls: FaceArrays, x: float, y: float) -> bool:
     return False
 
 
+def _yes_no_questions(world: _World, gt: dict[str, Any], places: dict[str, dict[str, float]],
+                      person_seen: bool, add: Callable[..., None]) -> None:
+    """Been there? Seen that? Anyone there?"""
+    plan = world.plan
+
+    def clock(t: float) -> str:
+        return f"{t - EPOCH_S:.0f} s into the recording"
+
+    for i, nv in enumerate(gt["never_visited"]):
+        add("yes_no", f"been-never-{i}", f"Have you been at x={nv['x']}, y={nv['y']}?",
+            {"type": "been_at", "x": nv["x"], "y": nv["y"], "radius": 1.0}, False)
+    for i, rv in enumerate(gt["revisits"][:3]):
+        add("yes_no", f"been-revisit-{i}",
+            f"Had you been at x={rv['x']}, y={rv['y']} before {clock(rv['t'])}?",
+            {"type": "been_at", "x": rv["x"], "y": rv["y"], "radius": 1.0,
+             "before": rv["t"] - 10.0}, True)
+    walls = pack_faces(plan.wall_faces(), [r.name for r in plan.rooms])
+    for name in ("window", "plant", "tv", "fridge", "bed", "wardrobe", "kitchen_counter"):
+        lm = gt["landmarks"][name]
+        add("yes_no", f"seen-{name}", f"Did you see the {name} (x={lm['x']}, y={lm['y']})?",
+            {"type": "seen_near", "x": lm["x"], "y": lm["y"], "radius": 0.75},
+            _seen(world, walls, lm["x"], lm["y"]))
+    for i, nv in enumerate(gt["never_visited"]):
+        add("yes_no", f"seen-never-{i}",
+            f"Did you see the floor at x={nv['x']}, y={nv['y']} (where you never went)?",
+            {"type": "seen_near", "x": nv["x"], "y": nv["y"], "radius": 0.3},
+            _seen(world, walls, nv["x"], nv["y"]))
+    x0, y0, x1, y1 = plan.bounds
+    outside = {"north": ((x0 + x1) / 2, y1 + 1.0), "south": ((x0 + x1) / 2, y0 - 1.0),
+               "east": (x1 + 1.0, (y0 + y1) / 2), "west": (x0 - 1.0, (y0 + y1) / 2)}
+    for side, (ox, oy) in outside.items():
+        add("yes_no", f"seen-outside-{side}",
+            f"Did you see the spot x={ox:.2f}, y={oy:.2f} (outside the {side} wall)?",
+            {"type": "seen_near", "x": _r(ox), "y": _r(oy), "radius": 0.3},
+            _seen(world, walls, ox, oy))
+    door = gt["front_door"]
+    add("yes_no", "person-at-door", "Did you see anyone near the front door?",
+        {"type": "seen_with", "x": door["x"], "y": door["y"], "radius": 3.5,
+         "tags": {"person": True}}, person_seen)
+    kitchen = places["kitchen"]
+    add("yes_no", "person-in-kitchen", "Did you see anyone while you were in the kitchen?",
+        {"type": "seen_with", "x": kitchen["x"], "y": kitchen["y"],
+         "radius": kitchen["radius"], "tags": {"person": True}}, False)
+
+
 def _questions(world: _World, gt: dict[str, Any]) -> dict[str, Any]:
     """The question set: what a robot's user asks (where, when, what/yes-no, how long, how
     many), each with the expected answer, a tolerance and `ask`, the structured form that
@@ -819,42 +866,7 @@ def _questions(world: _World, gt: dict[str, Any]) -> dict[str, Any]:
             {"type": "first_seen", "tags": {"person": True}}, seen[0], 6.0)
         add("when", "when-person-last", "When did you last see a person?",
             {"type": "last_seen", "tags": {"person": True}}, seen[-1], 6.0)
-    # yes/no: been there? seen that? a person there?
-    for i, nv in enumerate(gt["never_visited"]):
-        add("yes_no", f"been-never-{i}", f"Have you been at x={nv['x']}, y={nv['y']}?",
-            {"type": "been_at", "x": nv["x"], "y": nv["y"], "radius": 1.0}, False)
-    for i, rv in enumerate(gt["revisits"][:3]):
-        add("yes_no", f"been-revisit-{i}",
-            f"Had you been at x={rv['x']}, y={rv['y']} before {clock(rv['t'])}?",
-            {"type": "been_at", "x": rv["x"], "y": rv["y"], "radius": 1.0,
-             "before": rv["t"] - 10.0}, True)
-    walls = pack_faces(plan.wall_faces(), [r.name for r in plan.rooms])
-    for name in ("window", "plant", "tv", "fridge", "bed", "wardrobe", "kitchen_counter"):
-        lm = gt["landmarks"][name]
-        add("yes_no", f"seen-{name}", f"Did you see the {name} (x={lm['x']}, y={lm['y']})?",
-            {"type": "seen_near", "x": lm["x"], "y": lm["y"], "radius": 0.75},
-            _seen(world, walls, lm["x"], lm["y"]))
-    for i, nv in enumerate(gt["never_visited"]):
-        add("yes_no", f"seen-never-{i}",
-            f"Did you see the floor at x={nv['x']}, y={nv['y']} (where you never went)?",
-            {"type": "seen_near", "x": nv["x"], "y": nv["y"], "radius": 0.3},
-            _seen(world, walls, nv["x"], nv["y"]))
-    x0, y0, x1, y1 = plan.bounds
-    outside = {"north": ((x0 + x1) / 2, y1 + 1.0), "south": ((x0 + x1) / 2, y0 - 1.0),
-               "east": (x1 + 1.0, (y0 + y1) / 2), "west": (x0 - 1.0, (y0 + y1) / 2)}
-    for side, (ox, oy) in outside.items():
-        add("yes_no", f"seen-outside-{side}",
-            f"Did you see the spot x={ox:.2f}, y={oy:.2f} (outside the {side} wall)?",
-            {"type": "seen_near", "x": _r(ox), "y": _r(oy), "radius": 0.3},
-            _seen(world, walls, ox, oy))
-    door = gt["front_door"]
-    add("yes_no", "person-at-door", "Did you see anyone near the front door?",
-        {"type": "seen_with", "x": door["x"], "y": door["y"], "radius": 3.5,
-         "tags": {"person": True}}, bool(seen))
-    kitchen = places["kitchen"]
-    add("yes_no", "person-in-kitchen", "Did you see anyone while you were in the kitchen?",
-        {"type": "seen_with", "x": kitchen["x"], "y": kitchen["y"],
-         "radius": kitchen["radius"], "tags": {"person": True}}, False)
+    _yes_no_questions(world, gt, places, bool(seen), add)
     # how long, how many
     for name in [*[r.name.replace("_", " ") for r in plan.rooms], *spots]:
         total = sum(b - a for a, b in visits[name])

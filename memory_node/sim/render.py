@@ -219,23 +219,23 @@ class Renderer:
             per_prop = np.where(per_prop < t_wall[:, None], per_prop, np.inf)
             order = np.argsort(-np.where(np.isfinite(per_prop), per_prop, -1.0), axis=1)
             for rank in range(n_props):
-                p = order[:, rank]
-                tp = per_prop[cols, p]
+                props = order[:, rank]
+                tp = per_prop[cols, props]
                 ok = np.isfinite(tp)
                 if not ok.any():
                     continue
                 tp32 = np.where(ok, tp, 1e3).astype(np.float32)
                 zp = cam.z + self.dz[:, None] * tp32[None, :]
-                m = ok[None, :] & (zp >= 0.0) & (zp <= self.prop_heights[p][None, :])
+                m = ok[None, :] & (zp >= 0.0) & (zp <= self.prop_heights[props][None, :])
                 if window_px:  # objects in front of the window hide part of it
                     band_of = np.clip(label.astype(np.int64) - 1, 0, n_bands - 1)
                     hidden = m & (label > 0) & (label <= n_bands)
                     hidden &= walls.emissive[f_wall[None, :], band_of]
                     window_px -= int(hidden.sum())
                 label[m] = len(table)
-                face = per_face[cols, p]
+                face = per_face[cols, props]
                 sh = _distance_shade(tp32) * _normal_shade(self.props.n[face])
-                table.append(self.prop_rgb[p] * sh[:, None])
+                table.append(self.prop_rgb[props] * sh[:, None])
                 nearest = np.where(ok, np.minimum(nearest, tp32), nearest)
 
         n_labels = len(table)

@@ -102,10 +102,10 @@ async def stdio_session(*args: str) -> AsyncIterator[Any]:
     params = StdioServerParameters(command=sys.executable, args=["-m", SERVER_MODULE, *args],
                                    env=server_env(), cwd=str(REPO))
     with tempfile.TemporaryFile("w+") as errlog:  # the server's log (stderr), not shown
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+        async with (stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session):
+            await session.initialize()
+            yield session
 
 
 def text_of(result: Any) -> str:

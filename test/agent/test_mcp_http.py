@@ -67,11 +67,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
 @contextlib.asynccontextmanager
 async def http_session(url: str, token: str | None = None) -> AsyncIterator[Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with create_mcp_http_client(headers=headers) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+    async with (create_mcp_http_client(headers=headers) as http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as session):
+        await session.initialize()
+        yield session
 
 
 async def _exercise(url: str, ids: dict[str, int], token: str | None = None) -> None:

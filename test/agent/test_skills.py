@@ -235,11 +235,10 @@ def test_query_agent_memory_searches_notes_only(mem):
     ({"stream": " "}, "'stream' must name a stream; call list_memory_streams()"),
 ])
 def test_bad_arguments_are_readable_errors(mem, kwargs, message):
+    text = mem.skills()["query_memory"].call(**kwargs)  # what the model reads
+    assert text.startswith("Error: ") and message in text, text
     result = mem.run("query_memory", **kwargs)
-    assert result.is_error
-    assert message in result.message
-    assert result.text == "Error: " + result.message
-    assert mem.skills()["query_memory"].call(**kwargs) == result.text
+    assert result.is_error and result.text == text
 
 
 def test_null_means_default_for_optional_arguments(mem):
@@ -303,14 +302,42 @@ def test_ages_count_from_the_memory_clock_not_the_wall_clock(mem):
 
 # ---- OpenAI-style tools ------------------------------------------------------------------
 
-def test_openai_specs_mirror_the_skills(mem):
+def test_openai_specs_are_what_a_model_needs(mem):
     specs = openai_tool_specs(mem.client)
-    skills = get_skills(mem.client)
+    assert json.loads(json.dumps(specs)) == specs  # plain JSON all the way down
     assert [s["type"] for s in specs] == ["function"] * 8
-    assert [s["function"] for s in specs] == [
-        {"name": k.name, "description": k.description, "parameters": k.parameters}
-        for k in skills]
-    json.dumps(specs)  # plain JSON all the way down
+    fn = {s["function"]["name"]: s["function"] for s in specs}
+    assert list(fn) == SKILL_NAMES
+    assert all(set(f) == {"name", "description", "parameters"} for f in fn.values())
+    # The descriptions say what each tool is for, and query_memory's what is in memory now.
+    assert fn["list_memory_streams"]["description"].startswith(
+        "List the robot's memory streams: how many observations each holds")
+    query = fn["query_memory"]["description"]
+    assert query.startswith("Search the robot's memory of what it perceived")
+    assert "'-brightness' = brightest first" in query
+    streams = query.split("Streams now:\n")[1].splitlines()
+    assert [line.split(":")[0] for line in streams] == ["- camera", "- events", "- lidar"]
+    assert streams[0].startswith("- camera: 2 observations, semantic search, from ")
+    assert streams[0].endswith("order_by tags: brightness")
+    assert streams[2].endswith("order_by tags: max_range, mean_range, points")
+    assert fn["remember"]["description"].startswith("Write an episodic note to long-term memory")
+    assert fn["query_agent_memory"]["description"].startswith(
+        "Search the agent's own episodic notes (stream 'events'")
+    assert fn["compact_memory"]["description"].startswith("Consolidate memory:")
+    assert fn["where_am_i"]["description"].startswith("The robot's current position")
+    # Parameters: JSON Schema objects a model can fill without guessing.
+    assert fn["query_memory"]["parameters"]["required"] == ["stream"]
+    assert fn["query_memory"]["parameters"]["properties"]["stream"]["type"] == "string"
+    assert fn["remember"]["parameters"] == {
+        "type": "object", "required": ["note"], "additionalProperties": False,
+        "properties": {"note": {
+            "type": "string",
+            "description": "The note, e.g. 'Met Bob at the front door; he asked for water.'"}}}
+    for name in ("list_memory_streams", "compact_memory", "where_am_i"):
+        assert fn[name]["parameters"] == {"type": "object", "properties": {}, "required": [],
+                                          "additionalProperties": False}
+    assert fn["visits"]["description"].startswith("The robot's visits to a place")
+    assert fn["name_place"]["description"].startswith("Name the robot's current position")
 
 
 def test_call_openai_tool_runs_every_tool(fresh):

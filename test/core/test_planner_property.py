@@ -67,7 +67,7 @@ def world(request, tmp_path_factory):
     eng.store.insert([o for o, _ in rows], vectors)
     eng.sync()
     truth = []
-    for (obs, _), vec in zip(rows, vectors):
+    for (obs, _), vec in zip(rows, vectors, strict=True):
         truth.append((obs, vec))
     qv = {q: minilm().embed_texts([q])[0] for q in QUERIES}
     yield eng, truth, qv
@@ -172,7 +172,7 @@ def test_search_equals_brute_force(world, q, near_y):
     got = [(r["id"], r["score"]) for r in res["results"]]
     want = _brute(truth, q, qv)
     assert len(got) == len(want) == min(q.get("k", 5), sum(_passes(o, q) for o, _ in truth))
-    for (gi, gs), (wi, ws) in zip(got, want):
+    for (gi, gs), (wi, ws) in zip(got, want, strict=True):
         if gs is None or ws is None:
             assert gi == wi and gs == ws
         elif gi != wi:

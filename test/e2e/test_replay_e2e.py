@@ -151,12 +151,12 @@ def _mcp_ids(args: dict) -> list[int]:
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "memory_node.agent.mcp_server", "--ros"],
             env=dict(os.environ))
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                res = await session.call_tool("query_memory", args)
-                assert not res.is_error, res
-                return res.content[0].text
+        async with (stdio_client(params) as (read, write),
+                    ClientSession(read, write) as session):
+            await session.initialize()
+            res = await session.call_tool("query_memory", args)
+            assert not res.is_error, res
+            return res.content[0].text
 
     text = anyio.run(run)
     return [int(m) for m in re.findall(r"^#(\d+) ", text, re.MULTILINE)]

@@ -114,7 +114,7 @@ def test_fleet_answers_equal_the_robots_own_engine(fleet, query):
     assert all(r["robot"] == "r1" and r["map"] in ("r1/map", None) for r in got["results"])
     ids = _local_ids(fleet["url"], [r["id"] for r in got["results"]])
     assert ids == [r["id"] for r in want["results"]]
-    for g, w in zip(got["results"], want["results"]):
+    for g, w in zip(got["results"], want["results"], strict=True):
         assert (g["score"] is None) == (w["score"] is None)
         if w["score"] is not None:
             assert g["score"] == pytest.approx(w["score"], abs=1e-5)
@@ -290,9 +290,9 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
                                 "--no-create", "--timeout", "3", "--fleet-url", robot_url],
                                capture_output=True, text=True, timeout=120)
         assert wrong.returncode != 0  # row-level security: only its own robot id
-        with psycopg.connect(robot_url, autocommit=True) as conn:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("DELETE FROM memory_observations")
+        with (psycopg.connect(robot_url, autocommit=True) as conn,
+              pytest.raises(psycopg.errors.InsufficientPrivilege)):
+            conn.execute("DELETE FROM memory_observations")
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT robot_id, count(*) FROM memory_observations"
                                 " GROUP BY robot_id").fetchall() == [("go2-07", 1)]

@@ -50,7 +50,7 @@ def test_launch_file_with_go2_config(ros_process, tmp_path):
             names = [n for n, _ in node.get_node_names_and_namespaces()]
             recorder_subs = dict(node.get_subscriber_names_and_types_by_node(
                 "memory_recorder", "/")) if "memory_recorder" in names else {}
-            if NODES <= set(names) and "/point_cloud2" in recorder_subs:
+            if set(names) >= NODES and "/point_cloud2" in recorder_subs:
                 break
             time.sleep(0.3)
         ours = sorted(n for n in names if n.startswith("memory_"))

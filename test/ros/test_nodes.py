@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -121,7 +122,7 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
         assert r["ref"].endswith(".jpg") and (tmp_path / "mem" / r["ref"]).exists()
         assert "brightness" in r["tags"] and r["text"]
     xs = [r["pose"]["x"] for r in rows]
-    assert all(b - a >= 0.45 for a, b in zip(xs, xs[1:]))
+    assert all(b - a >= 0.45 for a, b in pairwise(xs))
     lidar = call(caller, "search", '{"stream": "lidar", "k": 100}')["results"]
     assert 8 <= len(lidar) <= 10 and all(r["tags"]["points"] > 0 for r in lidar)
     assert all((tmp_path / "mem" / r["ref"]).exists() for r in lidar)
@@ -190,7 +191,7 @@ def test_keyframes_gated_on_their_stored_pose_when_tf_comes_in_bursts(ros, ros_p
         assert r["pose"]["x"] == pytest.approx(round((r["t"] - t0) / 0.1) * 0.1, abs=0.01)
         assert r["pose"]["y"] == pytest.approx(-1.0)
     assert 11 <= len(rows) <= 13, xs  # 0, 0.5, ..., 6.0
-    assert all(b - a >= 0.5 - 0.01 for a, b in zip(xs, xs[1:])), xs
+    assert all(b - a >= 0.5 - 0.01 for a, b in pairwise(xs)), xs
 
 
 def _lifecycle(node, ctx, name, proc):

@@ -153,3 +153,51 @@ def test_malformed_tf_bytes_are_counted_not_raised(tracker):
     tracker.on_tf(b"garbage")
     assert tracker.tf_stats()["tf_malformed"] == 2
     assert tracker.current_pose() is None
+def test_tf_before_the_first_clock_does_not_make_poses_stale():
+    """use_sim_time: a simulator's /tf that arrives before its first /clock (node clock 0)
+    must not count as 1.7e9 s of delay, which left every pose for "now" stale (and near_here
+    unavailable) for the next 30 s of simulated time."""
+    from rclpy.parameter import Parameter
+    from rclpy.serialization import serialize_message
+    from rclpy.time import Time
+    from tf2_msgs.msg import TFMessage
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("test_pose_tracker_sim", context=ctx, parameter_overrides=[
+        Parameter("use_sim_time", Parameter.Type.BOOL, True)])
+    try:
+        tracker = PoseTracker(node, "map", "base_link", None)
+        clock = node.get_clock()
+
+        def tf_at(t):  # the robot at (3, -1): map -> odom (1, 2), odom -> base (2, -3)
+            base = _map_odom(2.0, -3.0, t)
+            base.header.frame_id, base.child_frame_id = "odom", "base_link"
+            return serialize_message(TFMessage(transforms=[_map_odom(1.0, 2.0, t), base]))
+
+        t0 = 1_764_460_900.0
+        assert node.get_clock().now().nanoseconds == 0  # no /clock yet
+        tracker.on_tf(tf_at(t0))
+        for i in range(1, 21):  # then /clock and /tf together at 20 Hz
+            t = t0 + 0.05 * i
+            clock.set_ros_time_override(Time(nanoseconds=int(t * 1e9)))
+            tracker.on_tf(tf_at(t))
+        pose = tracker.current_pose()
+        assert pose.x == pytest.approx(3.0) and pose.y == pytest.approx(-1.0)
+        assert pose.age_s < 0.1 and not pose.stale, pose
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_a_transform_stamped_just_ahead_of_the_clock_adds_no_age():
+    """Under simulated time /clock updates at 50 Hz, so a /tf sample can be stamped a moment
+    ahead of the node clock; that lead is not an offset to add to every later age."""
+    from memory_node.ros.common import _Freshness
+
+    fresh = _Freshness()
+    t0 = 1000.0
+    fresh.seen("base_link", t0, t0 - 0.2)  # stamped 0.2 s ahead of the clock
+    for i in range(1, 40):  # then steady 20 Hz samples, each received when stamped
+        fresh.seen("base_link", t0 + 0.05 * i, t0 + 0.05 * i)
+    assert fresh.age("base_link", t0 + 0.05 * 39) == pytest.approx(0.0, abs=1e-9)

@@ -84,7 +84,8 @@ class ClipEmbedder:
             require_file(text_model_path, "CLIP text model") if text_model_path else None
         )
         self.tokenizer_path = (
-            require_file(tokenizer_path, "CLIP tokenizer") if text_model_path else None
+            require_file(tokenizer_path, "CLIP tokenizer")
+            if text_model_path and tokenizer_path is not None else None  # checked above
         )
         named = self.image_model_path or self.text_model_path
         assert named is not None

@@ -193,7 +193,8 @@ class OpenCVDescriber:
                 cv2, "HOGDescriptor_getDefaultPeopleDetector"
             ):
                 hog = cv2.HOGDescriptor()
-                hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())
+                # The older spelling, kept by OpenCV but missing from its type stubs.
+                hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())  # type: ignore[attr-defined]
                 self._hog = hog
             elif self.detect_people:
                 raise ModelUnavailable(

@@ -193,7 +193,7 @@ class SqliteObservationStore(ObservationStore):
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
             try:
-                for obs, vec in zip(rows, vectors):
+                for obs, vec in zip(rows, vectors, strict=True):
                     p = obs.pose
                     blob = None if vec is None else np.asarray(vec, np.float32).tobytes()
                     cur = self._w.execute(
@@ -210,7 +210,8 @@ class SqliteObservationStore(ObservationStore):
                             obs.note_key, now,
                         ),
                     )
-                    oid = int(cur.lastrowid)
+                    oid = cur.lastrowid
+                    assert oid is not None  # set by the INSERT just run
                     ids.append(oid)
                     if p is not None:
                         self._w.execute(
@@ -237,7 +238,7 @@ class SqliteObservationStore(ObservationStore):
             except BaseException:
                 self._w.execute("ROLLBACK")
                 raise
-        for obs, oid in zip(rows, ids):
+        for obs, oid in zip(rows, ids, strict=True):
             obs.id = oid
         return ids
 
@@ -389,7 +390,8 @@ class SqliteObservationStore(ObservationStore):
 
     def _where(self, req: RowFilter) -> tuple[str, str, list[Any]]:
         """(join clause, where clause, params) for every filter of `req`."""
-        join, conds, params = "", [], []
+        join, conds = "", []
+        params: list[Any] = []
         if req.near is not None:
             nx, ny = req.near
             r = req.radius

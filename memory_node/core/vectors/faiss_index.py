@@ -64,7 +64,8 @@ class FaissFlatIndex(VectorIndex):
                 cand = np.asarray(candidates, np.int64)
                 if len(cand) == 0:
                     return top_k(cand, np.empty(0, np.float32), k)
-                params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(cand))
+                # faiss's generated stubs miss the keyword arguments of SearchParameters.
+                params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(cand))  # type: ignore[call-arg]
                 limit = min(n, len(cand))
             # Ask for a few more than k so ties at the boundary are broken by id like the rest.
             kk = min(limit, k + 8)
@@ -139,9 +140,11 @@ class HNSWIndex(VectorIndex):
         return self.exact_twin.ids()
 
     def _new_graph(self) -> faiss.Index:
+        index: faiss.IndexHNSW
         if self.storage == "sq8":
-            index = faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, self.m,
-                                      faiss.METRIC_INNER_PRODUCT)
+            # QT_8bit is an int in faiss's stubs; the constructor takes it as the quantizer type.
+            index = faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
+                                      self.m, faiss.METRIC_INNER_PRODUCT)
         else:
             index = faiss.IndexHNSWFlat(self.dim, self.m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = self.ef_construction
@@ -157,7 +160,7 @@ class HNSWIndex(VectorIndex):
         """Whether a loaded graph was built with this index's settings."""
         kind = faiss.IndexHNSWSQ if self.storage == "sq8" else faiss.IndexHNSWFlat
         return (isinstance(graph, kind) and graph.d == self.dim
-                and graph.hnsw.nb_neighbors(1) == self.m
+                and graph.hnsw.nb_neighbors(1) == self.m  # type: ignore[attr-defined]
                 and graph.hnsw.efConstruction == self.ef_construction)
 
     # ---- graph work: in the background with a scheduler, else inline ----------------------
@@ -243,7 +246,7 @@ class HNSWIndex(VectorIndex):
             cur = self.exact_twin.ids()
             live = np.isin(graph_ids, cur)
             pending = np.setdiff1d(cur, graph_ids[live])
-            graph.hnsw.efSearch = self.ef_for(len(cur))
+            graph.hnsw.efSearch = self.ef_for(len(cur))  # type: ignore[attr-defined]  # an HNSW one
             with self._glock:
                 self._hnsw, self._hnsw_ids = graph, np.asarray(graph_ids, np.int64)
             self._pending = pending
@@ -315,6 +318,7 @@ class HNSWIndex(VectorIndex):
         want = max(k + 8, self.rerank)
         with self._glock:  # graph and its ids as one (a background slice may extend both)
             graph, graph_ids = self._hnsw, self._hnsw_ids
+            assert graph is not None  # once built, the graph is only ever replaced
             g = len(graph_ids)
             want_g = min(g, int(np.ceil(want * g / max(1, g - dead))) + (8 if dead else 0))
             _, pos = graph.search(q.reshape(1, -1), want_g)
