@@ -21,7 +21,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,8 @@ def accuracy(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
 def show(got: Any) -> str:
     if isinstance(got, dict):
         return f"x={got['x']:.2f} y={got['y']:.2f}"
+    if isinstance(got, float) and got > 1e9:  # a time: UTC, to the tenth of a second
+        return datetime.fromtimestamp(got, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-5] + " UTC"
     if isinstance(got, float):
         return f"{got:.2f}"
     return str(got)
@@ -310,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         write_report(args.report, report_section(
             outcomes, table, "memory-eval " + " ".join(argv if argv is not None
                                                        else sys.argv[1:]), memory_dir.name))
+    if args.json:
         print(json.dumps({"accuracy": table, "questions": [
             {"id": o.question["id"], "kind": o.question["kind"], "ok": o.ok,
              "expected": o.question["answer"], "answered": o.got} for o in outcomes]},
