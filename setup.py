@@ -274,6 +274,7 @@ setup(
             "memory-sample-bag = memory_node.sim.generate:main",
             "memory-demo = memory_node.demo:main",
             "memory-sync = memory_node.fleet.sync:main",
+            "memory-eval = memory_node.eval:main",
         ],
     },
     distclass=BinaryDistribution,

@@ -342,6 +342,7 @@ def run_demo(out_dir: Path, *, rate: float = 2.0, seed: int = 7, two_process: bo
              "observations stored")
         result["remembered"] = remembered
         ask(skills, client, sample, turns, result)
+        ask_each_kind(skills, client, sample, turns)
         if llm is not None:
             ask_llm(llm, client, echo)
         result["png"] = draw_map(out_dir / "memory_map.png", sample, memory_dir,
@@ -437,6 +438,36 @@ def ask(skills: dict, client: Any, sample: Sample, turns: Turns, result: dict) -
                 bool(hits) and len(in_window) == len(hits),
                 f"{len(in_window)} of {len(hits)} person frames within "
                 f"[{person['t_start'] - started:.0f} s, {person['t_end'] - started:.0f} s]")
+
+
+# One question of each kind from the sample's question set (ground_truth.json; memory-eval
+# asks them all): where, when, what / yes-no, how long, how many.
+KIND_QUESTIONS = ("where-window_1", "when-last-kitchen", "seen-window", "how-long-kitchen",
+                  "count-hallway-living room doorway")
+
+
+def ask_each_kind(skills: dict, client: Any, sample: Sample, turns: Turns) -> None:
+    from memory_node.agent.prompt import pose_line
+    from memory_node.eval import Asker, check, name_places, show
+
+    truth = sample.truth
+    by_id = {q["id"]: q for q in truth.get("questions", [])}
+    if not by_id:
+        return
+    name_places(skills, truth.get("places", {}))
+    turns.user("(the rooms, doorways and a few spots are named with name_place: "
+               + ", ".join(truth.get("places", {})) + ")", pose_line(client.current_pose()))
+    for qid in KIND_QUESTIONS:
+        q = by_id.get(qid)
+        if q is None:
+            continue
+        turns.user(q["question"], pose_line(client.current_pose()))
+        asker = Asker(skills, client.now(), on_call=turns.tool)
+        got = asker.answer(q["ask"])
+        turns.agent(show(got))
+        tol = f" ± {q['tolerance']}" if q.get("tolerance") else ""
+        turns.check(f"{q['kind']}: {q['question']}", check(q, got),
+                    f"expected {show(q['answer'])}{tol}, answered {show(got)}")
 
 
 def ask_llm(chat: Any, client: Any, echo: Callable[[str], None]) -> None:

@@ -28,6 +28,7 @@ COMMANDS = {
     "memory-sample-bag": "memory_node.sim.generate:main",
     "memory-demo": "memory_node.demo:main",
     "memory-sync": "memory_node.fleet.sync:main",
+    "memory-eval": "memory_node.eval:main",
 }
 
 

@@ -16,11 +16,12 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from memory_node.agent.answers import (
+    format_clock,
     format_place,
     format_results,
     format_when,
@@ -29,6 +30,7 @@ from memory_node.agent.client import MemoryClient
 from memory_node.agent.prompt import current_pose_or_none, pose_line
 from memory_node.core.contract import (
     DEFAULT_K,
+    DEFAULT_RADIUS,
     ErrorAnswer,
     Request,
     SaveNote,
@@ -61,6 +63,8 @@ MEMORY_SKILL_NAMES = frozenset({
     "query_agent_memory",
     "compact_memory",
     "where_am_i",
+    "visits",
+    "name_place",
 })
 # where_am_i: "here" is this close, and "before" is at least this long ago.
 HERE_RADIUS_M = 2.0
@@ -69,19 +73,39 @@ BEFORE_S = 60.0
 NUMERIC_TAG_SAMPLE = 20
 # The filters both query skills take: the search contract's own fields (same types, checks
 # and descriptions), so every field added there is one name away from the tools.
-FILTER_FIELDS = ("semantic_query", "near_x", "near_y", "radius", "after_seconds_ago",
+FILTER_FIELDS = ("semantic_query", "near_x", "near_y", "near", "radius", "after_seconds_ago",
                  "before_seconds_ago", "after", "before", "tags", "order_by", "k")
+# Where and when, for visits: the search's own place and time fields.
+PLACE_TIME_FIELDS = ("near", "near_x", "near_y", "near_here", "radius", "after_seconds_ago",
+                     "before_seconds_ago", "after", "before")
 _DEFAULTS: dict[str, Any] = {"k": Field(default=DEFAULT_K)}
 
 QueryAgentMemoryArgs = pick("QueryAgentMemoryArgs", SearchQuery, FILTER_FIELDS, _DEFAULTS)
 QueryMemoryArgs = pick(
-    "QueryMemoryArgs", SearchQuery, ("stream", *FILTER_FIELDS), {
+    "QueryMemoryArgs", SearchQuery, ("stream", *FILTER_FIELDS, "seen_near"), {
         **_DEFAULTS,
         "stream": (str, Field(description="The stream to search, e.g. 'camera' (see the "
                               "list in this description).")),
     })
 RememberArgs = pick("RememberArgs", SaveNote, ("note",),
                     {"note": (str, Field(description=SaveNote.model_fields["note"].description))})
+VisitsArgs = pick("VisitsArgs", SearchQuery, PLACE_TIME_FIELDS)
+
+
+class NamePlaceArgs(Request):
+    """name_place's arguments: the place save form, with the name as `name`."""
+
+    what: ClassVar[str] = "arguments"
+    expects: ClassVar[dict[str, str]] = {"remove": "true or false"}
+    name: str = Field(description="The place's name, e.g. 'kitchen' or 'charging dock'.")
+    radius: float = Field(DEFAULT_RADIUS, gt=0, description="How far the place reaches, in "
+                          "metres (default 2).")
+    x: float | None = Field(None, description="World x of the place in metres (default: "
+                            "where the robot is now); give it with y.")
+    y: float | None = Field(None, description="World y of the place in metres.")
+    remove: bool | None = Field(None, description="true: remove this name (nothing else is "
+                                "deleted). To rename, name the same x, y anew, then remove the "
+                                "old name.")
 
 
 class SkillError(Exception):
@@ -196,7 +220,7 @@ _QUERY_HOW = (
 
 
 class _MemorySkills:
-    """The six skills bound to one client and clock (closures would hide the why)."""
+    """The memory skills bound to one client and clock (closures would hide the why)."""
 
     def __init__(self, client: MemoryClient, clock: Clock):
         self.client = client
@@ -213,6 +237,11 @@ class _MemorySkills:
             lines = ["Memory is empty: nothing recorded yet."]
         if empty:
             lines.append(f"No observations yet in: {', '.join(empty)}.")
+        places = getattr(self.client.ask_streams(), "places", None) or []
+        if places:
+            lines.append("Named places (use near='<name>'): " + "; ".join(
+                f"{p.name} at x={p.x:.2f} y={p.y:.2f} (radius {p.radius:g} m)"
+                for p in places))
         return "\n".join(lines)
 
     def numeric_tags(self, stream: str) -> list[str]:
@@ -264,6 +293,50 @@ class _MemorySkills:
         answer = _ok(self.client.ask_search(query))
         return format_results([r.model_dump() for r in answer.results], self.clock(),
                               answer.notes or ())
+
+    # -- visits ------------------------------------------------------------------------------
+    def visits(self, **fields: Any) -> str:
+        try:
+            query = validate(SearchQuery, {**fields, "visits": True})
+        except BadRequest as exc:
+            raise SkillError(f"{exc.message} (bad_request)") from None
+        answer = _ok(self.client.ask_search(query))
+        now = self.clock()
+        where = (f"'{fields['near']}'" if fields.get("near") else "here"
+                 if fields.get("near_here") else
+                 f"x={fields['near_x']:.2f} y={fields['near_y']:.2f}")
+        if fields.get("radius") is not None:
+            where += f" (within {fields['radius']:g} m)"
+        count = int(getattr(answer, "count", 0))
+        if not count:
+            lines = [f"No visits to {where} in the pose history asked about."]
+        else:
+            lines = [f"{count} visit{'s' if count != 1 else ''} to {where}, "
+                     f"{answer.total_s:.1f} s in all; first there {format_when(answer.first, now)}"
+                     f", last there {format_when(answer.last, now)}."]
+            for v in answer.visits:
+                lines.append(f"- from {format_clock(v.start, now)} to "
+                             f"{format_clock(v.end, now)}: {v.duration_s:.1f} s "
+                             f"({format_when(v.start, now).split('(')[-1].rstrip(')')})")
+        for note in answer.notes or ():
+            lines.append(f"Note: {note}")
+        return "\n".join(lines)
+
+    # -- name_place ----------------------------------------------------------------------------
+    def name_place(self, name: str, radius: float = DEFAULT_RADIUS, x: float | None = None,
+                   y: float | None = None, remove: bool | None = None) -> str:
+        try:
+            note = validate(SaveNote, {"place": name, **({"remove": True} if remove else {
+                "radius": radius, **({"x": x, "y": y} if x is not None or y is not None
+                                     else {})})})
+        except BadRequest as exc:
+            raise SkillError(f"{exc.message} (bad_request)") from None
+        answer = _ok(self.client.ask_save(note))
+        p = answer.place
+        if answer.removed:
+            return f"Removed the name '{p.name}' (it was x={p.x:.2f} y={p.y:.2f})."
+        return (f"Named '{p.name}': x={p.x:.2f} y={p.y:.2f}, radius {p.radius:g} m. Searches "
+                f"and visits take near='{p.name}'.")
 
     # -- remember ----------------------------------------------------------------------------
     def remember(self, note: str) -> str:
@@ -372,6 +445,22 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
             "Nothing is lost. Rarely needed: when asked to tidy memory or after a long "
             "session.",
             (), m.compact_memory, read_only=False),
+        Skill(
+            "visits",
+            "The robot's visits to a place, from its pose history: each visit's start, end and "
+            "duration, how many, the total time, the first and the last time there. For 'how "
+            "long was I in the kitchen this morning', 'how many times did I pass the door', "
+            "'when did I last go to the dock'. The place: near (a named place), near_x/near_y "
+            "with radius, or near_here; the time: after/before or *_seconds_ago. Says where "
+            "the pose history has gaps.",
+            VisitsArgs, m.visits),
+        Skill(
+            "name_place",
+            "Name the robot's current position (or x, y) as a place, e.g. 'kitchen', with a "
+            "radius; afterwards every search and visits take near='kitchen'. Naming a place "
+            "again moves it; remove=true removes the name. Places are listed by "
+            "list_memory_streams.",
+            NamePlaceArgs, m.name_place, read_only=False),
         Skill(
             "where_am_i",
             "The robot's current position (x, y in metres and heading, in the world frame) "

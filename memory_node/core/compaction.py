@@ -1,8 +1,13 @@
 """Compaction: consolidate without losing anything.
 
-1. Thinning: sensor keyframes older than `retention_s` keep one row per space-time cell
-   (`thin_cell_m` × `thin_cell_s`, per stream); the others move to the `archive` table (their
-   metadata, text and blob files stay), and the kept row counts them in its tags.
+1. Thinning: sensor keyframes older than `retention_s` are thinned per space-time cell
+   (`thin_cell_m` × `thin_cell_s`, per stream). A cell keeps the rows that answer questions:
+   its newest row, the rows extreme on each numeric tag (brightest and darkest, most and
+   fewest people...), rows a note refers to (`#id` in its text, or an id in its tags `ref`,
+   `refs`, `frame`, `frames`, `obs`), and the first and last row of each visit to the cell (a
+   run of the stream's rows in that cell, no further apart than `visit_gap_s`). The others move
+   to the `archive` table (metadata, text, vector and blob files stay; `include_archived`
+   searches them), and the cell's newest row counts them in its tags.
 2. Folding: sensor observations that repeat the one before them (same stream, within
    `fold_window_s` and `fold_radius_m`, cosine ≥ `fold_similarity`) are archived the same way.
 3. Summaries: when an LLM is configured, notes older than `summary_age_s` are summarised per
@@ -13,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -23,7 +29,7 @@ import numpy as np
 
 from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
 from memory_node.core.errors import MemoryError_
-from memory_node.core.query import SaveRequest
+from memory_node.core.query import ENGINE_TAGS, SaveRequest
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose
 
@@ -33,6 +39,11 @@ VectorOf = Callable[[str | None, str, int | None], "np.ndarray | None"]
 SaveSummary = Callable[[SaveRequest, str, float, "Pose | None"], Any]
 
 log = logging.getLogger("memory_node.compaction")
+
+# Where a note names an observation: "#123" in its text, or an id in one of these tags.
+NOTE_REF = re.compile(r"#(\d+)\b")
+NOTE_REF_TAGS = ("ref", "refs", "frame", "frames", "obs")
+KEPT_REASONS = ("cell_newest", "extreme_tag", "note_reference", "visit_first_last")
 
 SUMMARY_PROMPT = (
     "You summarise a robot's episodic notes for its long-term memory. Write a short factual "
@@ -57,9 +68,23 @@ class Compactor:
         self.save_summary = save_summary
         self.llm_settings = llm_settings
 
-    def run(self) -> dict[str, Any]:
+    def now(self) -> tuple[float, str]:
+        """(the time ages count from, which clock): the node clock; but a store recorded on
+        simulated time (a bag replay: the recorder marks it) counts from its newest row
+        (observation or note) when that is earlier, unless compact_clock is "clock": a
+        replayed recording is as old as it was when recorded, not as old as the wall clock
+        of whatever opens it later says."""
         now = self.clock()
+        if self.cfg.compact_clock == "store" and self.store.get_meta("recorded_clock") == "sim":
+            newest = self.store.newest_t(list(self.cfg.streams))
+            if newest is not None and newest < now:
+                return newest, "store"
+        return now, "clock"
+
+    def run(self) -> dict[str, Any]:
         self.sync()
+        now, which = self.now()
+        self.kept: Counter[str] = Counter({r: 0 for r in KEPT_REASONS})
         thinned = self.thin(now)
         folded = self.fold()
         # Rows are archived by now: whatever the summary step meets, the answer reports what
@@ -71,10 +96,12 @@ class Compactor:
             summaries = {"status": "error", "written": 0,
                          "message": f"the summary step failed: {type(exc).__name__}"}
         self.sync()
-        log.info("compaction: %d keyframes thinned, %d near-duplicates folded, summaries %s",
-                 thinned, folded, summaries["status"])
+        log.info("compaction: %d keyframes thinned (kept %s), %d near-duplicates folded, "
+                 "summaries %s; ages from %.3f (%s)", thinned, dict(self.kept), folded,
+                 summaries["status"], now, which)
         return {"ok": True, "thinned": thinned, "folded": folded, "summaries": summaries,
-                "archived_total": self._archived_total()}
+                "archived_total": self._archived_total(), "kept": dict(self.kept),
+                "now": round(now, 3), "clock": which}
 
     def _archived_total(self) -> int:
         return self.store.archived_count()
@@ -84,24 +111,86 @@ class Compactor:
         cutoff = now - self.cfg.retention_s
         streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
         rows = self.store.rows_of(streams, before_t=cutoff)
+        referenced = self.referenced_ids()
         cells: dict[tuple, list[Observation]] = defaultdict(list)
+        ends: set[int] = set()  # first and last row of each visit to a cell
+        by_stream: dict[str, list[Observation]] = defaultdict(list)
         for obs in rows:
-            ct = math.floor(obs.t / self.cfg.thin_cell_s)
-            if obs.pose is not None:
-                cell = (obs.stream, ct, math.floor(obs.pose.x / self.cfg.thin_cell_m),
-                        math.floor(obs.pose.y / self.cfg.thin_cell_m))
-            else:
-                cell = (obs.stream, ct, None, None)
-            cells[cell].append(obs)
+            by_stream[obs.stream].append(obs)
+        for members in by_stream.values():
+            members.sort(key=lambda o: (o.t, o.id))
+            run: list[Observation] = []
+            run_cell = None
+            for obs in members:
+                cell = self._cell(obs)
+                cells[cell].append(obs)
+                if run and (cell != run_cell or obs.t - run[-1].t > self.cfg.visit_gap_s):
+                    ends.update((run[0].id, run[-1].id))
+                    run = []
+                run.append(obs)
+                run_cell = cell
+            if run:
+                ends.update((run[0].id, run[-1].id))
         total = 0
         for members in cells.values():
             if len(members) < 2:
                 continue
-            keep = max(members, key=lambda o: (o.t, o.id))  # the newest stands for the cell
-            total += self._merge(keep, [o for o in members if o.id != keep.id], "thinned")
+            reasons = self._keep(members, referenced, ends)
+            for why in reasons.values():
+                self.kept.update(why)
+            newest = max(members, key=lambda o: (o.t, o.id))  # it counts the archived ones
+            total += self._merge(newest, [o for o in members if o.id not in reasons], "thinned",
+                                 now)
         return total
 
-    def _merge(self, keep: Observation, gone: list[Observation], reason: str) -> int:
+    def _cell(self, obs: Observation) -> tuple:
+        ct = math.floor(obs.t / self.cfg.thin_cell_s)
+        if obs.pose is None:
+            return (obs.stream, ct, None, None)
+        return (obs.stream, ct, math.floor(obs.pose.x / self.cfg.thin_cell_m),
+                math.floor(obs.pose.y / self.cfg.thin_cell_m))
+
+    @staticmethod
+    def _keep(members: list[Observation], referenced: set[int], ends: set[int]
+              ) -> dict[int, set[str]]:
+        """{row id: why it is kept} for one cell's rows."""
+        reasons: dict[int, set[str]] = defaultdict(set)
+        newest = max(members, key=lambda o: (o.t, o.id))
+        reasons[newest.id].add("cell_newest")
+        numeric: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+        for o in members:
+            for key, v in o.tags.items():
+                if key in ENGINE_TAGS or isinstance(v, bool) or not isinstance(v, (int, float)):
+                    continue
+                numeric[key].append((float(v), o.t, o.id))
+        for values in numeric.values():
+            if len({v for v, _, _ in values}) < 2:
+                continue  # all alike: none is extreme
+            top = max(values)  # ties: the newest
+            low = min(values, key=lambda e: (e[0], -e[1], -e[2]))
+            reasons[top[2]].add("extreme_tag")
+            reasons[low[2]].add("extreme_tag")
+        for o in members:
+            if o.id in referenced:
+                reasons[o.id].add("note_reference")
+            if o.id in ends:
+                reasons[o.id].add("visit_first_last")
+        return reasons
+
+    def referenced_ids(self) -> set[int]:
+        """Ids of observations the notes refer to."""
+        out: set[int] = set()
+        for note in self.store.rows_of(["events", "summaries"]):
+            out.update(int(m) for m in NOTE_REF.findall(note.text))
+            for key in NOTE_REF_TAGS:
+                v = note.tags.get(key)
+                for item in v if isinstance(v, list) else [v]:
+                    if isinstance(item, int) and not isinstance(item, bool):
+                        out.add(item)
+        return out
+
+    def _merge(self, keep: Observation, gone: list[Observation], reason: str,
+               at: float | None = None) -> int:
         if not gone:
             return 0
         def kept_tags(moved: int) -> dict[str, Any]:
@@ -113,7 +202,7 @@ class Compactor:
 
         # One transaction: a crash never leaves rows archived that the kept row does not count.
         return self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone},
-                                  kept_tags=(keep.id, kept_tags))
+                                  kept_tags=(keep.id, kept_tags), at=at)
 
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:
@@ -125,6 +214,7 @@ class Compactor:
             by_stream[obs.stream].append(obs)
         total = 0
         last_id = start
+        referenced = self.referenced_ids()
         for members in by_stream.values():
             members.sort(key=lambda o: (o.t, o.id))
             anchor: Observation | None = None
@@ -137,6 +227,7 @@ class Compactor:
                         and obs.model_id == anchor.model_id
                         and obs.t - anchor.t <= self.cfg.fold_window_s
                         and _near(anchor, obs, self.cfg.fold_radius_m)
+                        and obs.id not in referenced and _same_numbers(anchor, obs)
                         and float(vec @ anchor_vec) >= self.cfg.fold_similarity):
                     pending.append(obs)
                     continue
@@ -204,6 +295,19 @@ class Compactor:
             written += 1
         return {"status": "ok", "written": written, "model": settings.model,
                 "at": time.time()}
+
+
+def _same_numbers(a: Observation, b: Observation, rel: float = 0.02) -> bool:
+    """Whether two rows carry the same numeric tags with (nearly) the same values: a frame
+    brighter or fuller than the one it repeats is an answer of its own, never folded."""
+    def numbers(o: Observation) -> dict[str, float]:
+        return {k: float(v) for k, v in o.tags.items() if k not in ENGINE_TAGS
+                and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    na, nb = numbers(a), numbers(b)
+    if set(na) != set(nb):
+        return False
+    return all(abs(na[k] - nb[k]) <= rel * max(1.0, abs(na[k]), abs(nb[k])) for k in na)
 
 
 def _near(a: Observation, b: Observation, radius: float) -> bool:

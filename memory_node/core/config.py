@@ -67,6 +67,13 @@ class MemoryConfig:
     summary_age_s: float = 86400.0
     summary_max_notes: int = 200
     llm_timeout_s: float = 60.0
+    # Compaction counts ages from "store": the newest recorded row (or the node clock when
+    # that is earlier), so a replayed day-old recording is not all "old"; "clock": the node
+    # clock as it is.
+    compact_clock: str = "store"
+    # Visits: pose samples further apart than this are a gap in the pose history (a visit
+    # never spans one); also what splits a compaction cell's rows into visits.
+    visit_gap_s: float = 30.0
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -120,6 +127,10 @@ class MemoryConfig:
                self.hnsw_rerank) < 1:
             raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
                               "must be >= 1")
+        if self.compact_clock not in ("store", "clock"):
+            raise ConfigError("compact_clock must be 'store' or 'clock'")
+        if not self.visit_gap_s > 0:
+            raise ConfigError("visit_gap_s must be > 0")
         if self.image_embedder not in ("", "clip"):
             raise ConfigError("image_embedder must be '' (describe + text model) or 'clip'")
 

@@ -444,6 +444,8 @@ class SaveNote(Request):
             raise _fail("'x' and 'y' must be given together")
         if not self.place.strip():
             raise _fail("'place' must name the place, e.g. 'kitchen'")
+        if len(self.place) > 80 or "\n" in self.place or "\r" in self.place:
+            raise _fail("'place' must be a short name on one line (at most 80 characters)")
         return self
 
     @property
@@ -484,7 +486,7 @@ class PoseOut(Answer):
 
 
 class ResultItem(Answer):
-    omit_if_none: ClassVar[frozenset[str]] = frozenset({"robot"})
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"robot", "archived"})
     id: int | None
     stream: str
     t: float
@@ -494,6 +496,7 @@ class ResultItem(Answer):
     text: str = ""
     ref: str | None = None
     robot: str | None = None
+    archived: bool | None = None  # true: compaction set the row aside (include_archived)
 
 
 class SearchAnswer(Answer):
@@ -523,14 +526,25 @@ class VisitsAnswer(Answer):
     took_ms: float | None = None
 
 
+class PlaceInfo(Answer):
+    name: str
+    x: float
+    y: float
+    radius: float
+    frame: str | None = None
+
+
 class SaveAnswer(Answer):
-    omit_if_none: ClassVar[frozenset[str]] = frozenset({"folded", "took_ms"})
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"folded", "place", "removed",
+                                                       "took_ms"})
     ok: Literal[True] = True
     id: int | None
     t: float
     pose: PoseOut
     indexed: bool
     folded: bool | None = None
+    place: PlaceInfo | None = None  # a place save: the place as it is now named
+    removed: bool | None = None  # a place save with remove: the name is gone
     took_ms: float | None = None
 
 
@@ -544,12 +558,17 @@ class SummaryStep(Answer):
 
 
 class CompactAnswer(Answer):
-    omit_if_none: ClassVar[frozenset[str]] = frozenset({"took_ms"})
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"kept", "now", "clock", "took_ms"})
     ok: Literal[True] = True
     thinned: int = 0
     folded: int = 0
     summaries: SummaryStep
     archived_total: int = 0
+    # Old keyframes thinning kept beside each cell's newest, by reason (a frame kept for two
+    # reasons counts under both): extreme_tag, note_reference, visit_first_last, cell_newest.
+    kept: dict[str, int] | None = None
+    now: float | None = None  # the time ages were counted from
+    clock: str | None = None  # "store" (the newest recorded row) or "clock" (the node clock)
     took_ms: float | None = None
 
 
@@ -562,14 +581,6 @@ class StreamInfo(Answer):
     semantic: bool = False
     status: str | None = None
     topic: str | None = None
-
-
-class PlaceInfo(Answer):
-    name: str
-    x: float
-    y: float
-    radius: float
-    frame: str | None = None
 
 
 class StreamsAnswer(Answer):
@@ -604,7 +615,7 @@ def result_item(obs: Observation, score: float | None) -> ResultItem:
     """One search result (DESIGN.md's shape)."""
     return ResultItem(id=obs.id, stream=obs.stream, t=obs.t, pose=pose_out(obs.pose),
                       score=None if score is None else round(float(score), 6), tags=obs.tags,
-                      text=obs.text, ref=obs.ref)
+                      text=obs.text, ref=obs.ref, archived=True if obs.archived else None)
 
 
 A = TypeVar("A", bound=BaseModel)

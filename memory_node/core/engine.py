@@ -20,23 +20,28 @@ import numpy as np
 from memory_node.core.compaction import Compactor
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
 from memory_node.core.contract import (
+    DEFAULT_RADIUS,
     CompactAnswer,
     ErrorAnswer,
+    PlaceInfo,
     SaveAnswer,
     SaveNote,
     SearchAnswer,
     SearchQuery,
     StreamInfo,
     StreamsAnswer,
+    Visit,
     VisitsAnswer,
     pose_out,
     read_answer,
     result_item,
+    unknown_name,
 )
 from memory_node.core.errors import BadRequest, InternalError, MemoryError_, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
+from memory_node.core.places import PLACES_STREAM, Places, place_entry
 from memory_node.core.planner import QueryPlanner
 from memory_node.core.query import (
     SaveRequest,
@@ -48,6 +53,7 @@ from memory_node.core.query import (
 )
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose, RowFilter
+from memory_node.core.visits import find_visits, gap_notes
 
 log = logging.getLogger("memory_node.engine")
 
@@ -138,6 +144,7 @@ class MemoryEngine:
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
         self.notes: NotesLog | None = None
+        self.places: Places | None = None
         if open_now:
             self.open()
 
@@ -154,6 +161,7 @@ class MemoryEngine:
             d.mkdir(parents=True, exist_ok=True)
         self.store = SqliteObservationStore(cfg.db_path)
         self.notes = NotesLog(cfg.notes_dir)
+        self.places = Places(self.notes)
         if self._text_embedder is None:
             from memory_node.core.embedders import get_text_embedder
 
@@ -337,19 +345,18 @@ class MemoryEngine:
         self._streams_cache = None
         return name in self.known_streams()
 
-    # Contract fields whose feature this engine does not have yet: refused, never ignored.
+    # Contract fields whose feature this engine does not have: refused, never ignored.
     UNSUPPORTED_SEARCH = {
-        "near": "named places", "seen_near": "view-cone search",
-        "include_archived": "searching archived rows", "visits": "visits",
-        "robot": "robot ids (a fleet store)", "map": "maps (a fleet store)",
+        "robot": "robot ids belong to a fleet store", "map": "maps belong to a fleet store",
     }
 
     def plan(self, query: SearchQuery) -> SearchPlan:
-        """Resolve a search against the clock, the streams, the tags and the current pose."""
+        """Resolve a search against the clock, the streams, the tags, the named places and
+        the current pose."""
         for name, feature in self.UNSUPPORTED_SEARCH.items():
             value = getattr(query, name)
             if value is not None and value is not False:
-                raise BadRequest(f"'{name}' is not supported yet by this memory ({feature})")
+                raise BadRequest(f"'{name}' is not supported by this memory ({feature})")
         cfg = self.config
         plan = plan_search(query, now=self.clock, known_streams=_StreamNames(self),
                            k_default=cfg.k_default, k_max=cfg.k_max)
@@ -368,14 +375,28 @@ class MemoryEngine:
                 raise Unavailable(f"near_here: the robot's newest pose is {pose.age_s:.2f} s old "
                                   "(older than max_pose_age_s): TF is not arriving or lags")
             plan.near = (pose.x, pose.y)
+        if plan.place is not None:
+            place = self.place(plan.place)
+            plan.near = (place.x, place.y)
+            if not plan.radius_given:
+                plan.radius = place.radius
         return plan
+
+    def place(self, name: str) -> Any:
+        """The named place, or BadRequest naming the places there are."""
+        place = self.places.get(name)
+        if place is None:
+            raise BadRequest(unknown_name("place", name, self.places.names()))
+        return place
 
     def parse_search(self, query: str) -> SearchPlan:
         """A payload straight to a plan (benchmarks time the two halves apart)."""
         return self.plan(self.read_search(query))
 
-    def run_query(self, query: SearchQuery) -> SearchAnswer:
+    def run_query(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer:
         plan = self.plan(query)
+        if plan.visits:
+            return self.run_visits(plan)
         pairs, notes = self.run_search(plan)
         results = [result_item(obs, score) for obs, score in pairs]
         if plan.k_capped:
@@ -387,12 +408,89 @@ class MemoryEngine:
         """A resolved plan's rows and scores (the planner), and notes for the answer."""
         return QueryPlanner(self.store, self.indexes, self.query_vector, self.sync).run(req)
 
+    def run_visits(self, plan: SearchPlan) -> VisitsAnswer:
+        """The robot's visits to the plan's circle within its time window, from the pose
+        history (kept and archived rows with a pose), with notes where it is missing."""
+        assert plan.near is not None
+        if plan.empty_window:
+            return VisitsAnswer(notes=["the time window is empty (its start is after its end)"])
+        gap = self.config.visit_gap_s
+        # One sample either side of the window links a visit that crosses its edges.
+        lo = None if plan.t_min is None else plan.t_min - gap
+        hi = None if plan.t_max is None else plan.t_max + gap
+        track = self.store.pose_track(lo, hi)
+        t_max = plan.t_max
+        if t_max is None and plan.t_min is not None:
+            t_max = max(self.clock(), float(track[-1, 0]) if len(track) else plan.t_min)
+        # (with a window ending now or later, the track reaches now: see find_visits)
+        now = self.clock()
+        spans, gaps = find_visits(track, plan.near, plan.radius, gap, plan.t_min, t_max,
+                                  now=now if t_max is None or t_max >= now else None)
+        notes: list[str] = []
+        if len(track) == 0:
+            notes.append("no pose history in this time window: no odometry or other "
+                         "observation with a pose is stored for it, so visits are not known")
+        else:
+            notes += gap_notes(gaps, gap)
+        visits = [Visit(start=round(v.start, 3), end=round(v.end, 3),
+                        duration_s=round(v.duration, 3)) for v in spans]
+        shown = visits
+        if len(visits) > self.config.k_max:
+            shown = visits[-self.config.k_max:]
+            notes.append(f"{len(visits)} visits: the newest {self.config.k_max} are listed; "
+                         "count, total_s, first and last count them all")
+        return VisitsAnswer(
+            visits=shown, count=len(visits),
+            total_s=round(sum(v.duration for v in spans), 3),
+            first=visits[0].start if visits else None,
+            last=visits[-1].end if visits else None, notes=notes or None)
+
     # ---- save -----------------------------------------------------------------------------
     def remember(self, note: SaveNote) -> SaveAnswer:
         """`save`: a note stamped with the current pose and time (or a place name)."""
         if note.place is not None:
-            raise BadRequest("'place' is not supported yet by this memory (named places)")
+            return self.name_place(note)
         return self.save_note(SaveRequest(text=note.text, tags=dict(note.tags or {})))
+
+    def name_place(self, req: SaveNote) -> SaveAnswer:
+        """Name the current pose (or x, y) as a place, or remove a name; written to the
+        Markdown notes first, like every note."""
+        assert req.place is not None
+        now = self.clock()
+        name = req.place
+        old = self.places.get(name)
+        pose = self.pose_provider()
+        if req.remove:
+            if old is None:
+                raise BadRequest(unknown_name("place", name, self.places.names()))
+            entry = place_entry(old.name, now, pose, removed=True)
+            self._append_place(entry)
+            return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=True,
+                              place=PlaceInfo(**old.info()), removed=True)
+        if req.x is not None and req.y is not None:
+            x, y = float(req.x), float(req.y)
+            frame = pose.frame if pose is not None else (old.frame if old else None)
+        else:
+            if pose is None:
+                raise Unavailable("the robot's current pose is unknown (no TF from the world "
+                                  "frame to the base frame yet): give x and y to name a point")
+            if pose.stale:
+                raise Unavailable(f"the robot's newest pose is {pose.age_s:.2f} s old (older "
+                                  "than max_pose_age_s): give x and y, or try again")
+            x, y, frame = pose.x, pose.y, pose.frame or None
+        radius = float(req.radius) if req.radius is not None else (
+            old.radius if old is not None else DEFAULT_RADIUS)
+        entry = place_entry(name, now, pose, x=x, y=y, radius=radius, frame=frame)
+        self._append_place(entry)
+        place = self.places.get(name)
+        return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=True,
+                          place=PlaceInfo(**place.info()))
+
+    def _append_place(self, entry: NoteEntry) -> None:
+        try:
+            self.places.append(entry)
+        except OSError as exc:
+            raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
 
     def save_note(self, req: SaveRequest, stream: str = "events",
                   t: float | None = None, pose: Pose | None | str = "current") -> SaveAnswer:
@@ -472,7 +570,14 @@ class MemoryEngine:
 
     # ---- streams / compact ------------------------------------------------------------------
     def list_streams(self) -> StreamsAnswer:
-        return StreamsAnswer(streams=[StreamInfo(**e) for e in self.store.stream_stats()])
+        return StreamsAnswer(streams=[StreamInfo(**e) for e in self.store.stream_stats()],
+                             places=[PlaceInfo(**p.info()) for p in self.places.all()])
+
+    def mark_recording_clock(self, simulated: bool) -> None:
+        """Say which clock the rows are being recorded on (the recorder, at start): a store
+        recorded on simulated time is compacted counting ages from its own newest row, not
+        from the clock of whatever process opens it later (see compact_clock)."""
+        self.store.set_meta("recorded_clock", "sim" if simulated else "wall")
 
     def run_compaction(self) -> CompactAnswer:
         if not self._compact_lock.acquire(blocking=False):
@@ -559,7 +664,9 @@ class MemoryEngine:
         """Rows for Markdown entries memory.db lacks (written by hand, or a crash before the
         insert): the Markdown files are the record of notes."""
         known = self.store.note_keys()
-        new = [e for e in self.notes.read_all() if e.key not in known]
+        # Place entries are the place registry's (core/places.py), not observations.
+        new = [e for e in self.notes.read_all()
+               if e.key not in known and e.stream != PLACES_STREAM]
         if not new:
             return 0
         try:

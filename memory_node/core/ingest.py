@@ -16,17 +16,19 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.store.base import ObservationStore
-from memory_node.core.types import Observation, Pose
+from memory_node.core.types import Observation, Pose, View
 
 
 @dataclass
 class CameraFrame:
-    """A camera image to keep: BGR uint8, its stamp and the pose it was taken at."""
+    """A camera image to keep: BGR uint8, its stamp, the pose it was taken at, and what the
+    camera covered (`view`, for seen_near searches; None when unknown)."""
 
     t: float
     pose: Pose | None
     image_bgr: np.ndarray
     tags: dict[str, Any] = field(default_factory=dict)
+    view: View | None = None
 
 
 class Ingestor:
@@ -97,7 +99,7 @@ class Ingestor:
         for f, d, ref in zip(frames, descs, refs, strict=True):
             tags = {**d.tags, **f.tags}
             rows.append(Observation(stream=stream, t=f.t, pose=f.pose, tags=tags, text=d.text,
-                                    ref=ref, model_id=model_id))
+                                    ref=ref, model_id=model_id, view=f.view))
         ids = self.store.insert(rows, list(vecs))
         self.sync()
         return ids

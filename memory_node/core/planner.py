@@ -68,9 +68,11 @@ class QueryPlanner:
 
         if req.order_by != "score":
             return self._ordered_with_scores(req, qvecs), notes
-        if req.has_filters and not req.tags:
+        # Views (seen_near) and the archive are SQL's: they take the candidate path.
+        in_sql = bool(req.tags) or req.filter.seen_near or req.include_archived
+        if req.has_filters and not in_sql:
             hits = self._filtered_in_memory(req, keys, qvecs)
-        elif req.has_filters:
+        elif req.has_filters or in_sql:
             hits = self._filtered_in_store(req, qvecs)
         else:
             hits = self._unfiltered(req, keys, qvecs, notes)
@@ -101,9 +103,26 @@ class QueryPlanner:
         """Tag filters (with any others) run in SQL; the candidates are scored exactly."""
         hits = Hits()
         cand = self.store.candidates(req.filter)
+        # Archived rows (include_archived) kept their vectors apart from the index: scored
+        # here, exactly.
+        archived = (self.store.archived_vectors(cand.ids.tolist())
+                    if req.include_archived else {})
+        got_ids, got_vals = [], []
+        for oid, (model_id, vec) in archived.items():
+            qv = qvecs.get(model_id) if model_id else None
+            if qv is not None and len(vec) == len(qv):
+                got_ids.append(oid)
+                got_vals.append(float(vec @ qv))
+        if got_ids:
+            hits.add(np.asarray(got_ids, np.int64), np.asarray(got_vals, np.float32))
+        got = set(got_ids)
         groups: dict[Key, list[int]] = {}
         for oid, stream, model_id in zip(cand.ids.tolist(), cand.streams, cand.model_ids,
                                         strict=True):
+            if oid in archived:
+                if oid not in got:
+                    hits.unscored.append(oid)
+                continue
             if model_id is not None and qvecs.get(model_id) is not None:
                 groups.setdefault((model_id, stream), []).append(oid)
             else:
@@ -145,7 +164,7 @@ class QueryPlanner:
             keep = vals >= req.min_score
             ids, vals = ids[keep], vals[keep]
         ids, vals = top_k(ids, vals, req.k)
-        rows = self.store.get(ids.tolist())
+        rows = self._get(req, ids.tolist())
         out: Scored = [
             (rows[i], float(s))
             for i, s in zip(ids.tolist(), vals.tolist(), strict=True) if i in rows
@@ -158,19 +177,27 @@ class QueryPlanner:
                 fill = [o for o in fill if o.id not in have
                         and not self.indexes.contains(o.model_id, o.stream, o.id)]
             else:
-                fill_rows = self.store.get(hits.unscored)
+                fill_rows = self._get(req, hits.unscored)
                 fill = sorted(fill_rows.values(), key=lambda o: (o.t, o.id), reverse=True)
             out.extend((o, None) for o in fill[:missing])
         return out
 
+    def _get(self, req: SearchPlan, ids: list[int]) -> dict[int, Observation]:
+        if req.include_archived:
+            return self.store.get(ids, include_archived=True)  # type: ignore[call-arg]
+        return self.store.get(ids)
+
     def _ordered_with_scores(self, req: SearchPlan, qvecs: QueryVectors) -> Scored:
         """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
         cand = self.store.candidates(req.filter)
-        rows = self.store.get(cand.ids.tolist())
+        rows = self._get(req, cand.ids.tolist())
+        archived = (self.store.archived_vectors([o.id for o in rows.values() if o.archived])
+                    if req.include_archived else {})
         scored: list[tuple[Observation, float | None]] = []
         for obs in rows.values():
             score = None
-            vec = self.indexes.vector(obs.model_id, obs.stream, obs.id)
+            vec = (archived.get(obs.id, (None, None))[1] if obs.archived
+                   else self.indexes.vector(obs.model_id, obs.stream, obs.id))
             qv = qvecs.get(obs.model_id) if obs.model_id else None
             if vec is not None and qv is not None:
                 score = float(vec @ qv)

@@ -52,12 +52,12 @@ __all__ = [
     "read_search",
 ]
 
-# The search fields the embedded engine implements (the rest of SearchQuery's fields are
-# answered "not supported yet" there; an engine that implements one, such as the fleet
-# engine's robot and map, takes it out of the query before the engine plans it).
-SEARCH_FIELDS = ("stream", "semantic_query", "near_x", "near_y", "radius", "near_here",
+# The search fields the embedded engine implements (the rest of SearchQuery's fields, the
+# fleet's robot and map, are answered bad_request there; the fleet engine takes them out of
+# the query before it plans it).
+SEARCH_FIELDS = ("stream", "semantic_query", "near_x", "near_y", "near", "radius", "near_here",
                  "after_seconds_ago", "before_seconds_ago", "after", "before", "tags",
-                 "order_by", "k", "min_score")
+                 "order_by", "k", "min_score", "seen_near", "include_archived", "visits")
 
 # Tags the engine itself writes (note folding, compaction, hand-written notes): always valid
 # filter and order keys, even before the first row carries them.
@@ -81,12 +81,19 @@ class SearchPlan:
     k: int = 5
     k_capped: bool = False
     min_score: float | None = None
+    place: str | None = None  # `near`: the place's name (the engine sets near and radius)
+    radius_given: bool = False
+    seen_near: bool = False
+    include_archived: bool = False
+    visits: bool = False
 
     @property
     def filter(self) -> RowFilter:
         """The part of the plan a store applies."""
         return RowFilter(streams=self.streams, near=self.near, radius=self.radius,
-                         t_min=self.t_min, t_max=self.t_max, tags=self.tags)
+                         t_min=self.t_min, t_max=self.t_max, tags=self.tags,
+                         seen_near=self.seen_near and self.near is not None,
+                         include_archived=self.include_archived)
 
     @property
     def has_filters(self) -> bool:
@@ -204,6 +211,11 @@ def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
     plan.near_here = bool(q.near_here)
     if q.radius is not None:
         plan.radius = float(q.radius)
+        plan.radius_given = True
+    plan.place = q.near
+    plan.seen_near = bool(q.seen_near)
+    plan.include_archived = bool(q.include_archived)
+    plan.visits = bool(q.visits)
     if q.after_seconds_ago is not None or q.before_seconds_ago is not None:
         plan.t_min, plan.t_max = q.time_window(now() if callable(now) else now)
     else:

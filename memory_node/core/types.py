@@ -70,6 +70,8 @@ class Observation:
     id: int | None = None
     model_id: str | None = None
     note_key: str | None = None  # identity of a note's Markdown entry
+    view: View | None = None  # what a camera frame covered (seen_near); stored apart
+    archived: bool = False  # read from the archive (a search with include_archived)
 
     def to_result(self, score: float | None = None) -> dict[str, Any]:
         """The JSON shape of one search result (contract.ResultItem)."""
@@ -90,6 +92,10 @@ class RowFilter:
     t_min: float | None = None
     t_max: float | None = None
     tags: Mapping[str, Any] = field(default_factory=dict)
+    # near matches camera frames whose view covers the disc, and rows standing in it.
+    seen_near: bool = False
+    # rows that compaction moved to the archive pass the filters too.
+    include_archived: bool = False
 
     @property
     def has_filters(self) -> bool:
@@ -100,3 +106,63 @@ class RowFilter:
     @property
     def empty_window(self) -> bool:
         return self.t_min is not None and self.t_max is not None and self.t_min > self.t_max
+
+
+@dataclass(frozen=True)
+class View:
+    """What a camera frame covered on the floor plan: a sector from the camera's position
+    (x, y) along its heading `yaw`, `hfov` radians wide, `range` metres deep."""
+
+    x: float
+    y: float
+    yaw: float
+    hfov: float
+    range: float
+
+    def covers(self, px: float, py: float, radius: float = 0.0) -> bool:
+        """Whether the disc of `radius` around (px, py) meets the sector."""
+        return view_covers(self.x, self.y, self.yaw, self.hfov, self.range, px, py, radius)
+
+    def bbox(self) -> tuple[float, float, float, float]:
+        """(min_x, max_x, min_y, max_y) of the sector."""
+        half = self.hfov / 2
+        xs, ys = [self.x], [self.y]
+        angles = [self.yaw - half, self.yaw + half]
+        for k in range(-4, 5):  # the axis directions the arc passes through
+            a = k * math.pi / 2
+            if abs(normalize_angle(a - self.yaw)) <= half:
+                angles.append(a)
+        for a in angles:
+            xs.append(self.x + self.range * math.cos(a))
+            ys.append(self.y + self.range * math.sin(a))
+        return min(xs), max(xs), min(ys), max(ys)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"x": round(self.x, 4), "y": round(self.y, 4), "yaw": round(self.yaw, 4),
+                "hfov": round(self.hfov, 4), "range": round(self.range, 3)}
+
+
+def _segment_distance(px: float, py: float, ax: float, ay: float, bx: float,
+                      by: float) -> float:
+    dx, dy = bx - ax, by - ay
+    length2 = dx * dx + dy * dy
+    s = 0.0 if length2 == 0 else max(0.0, min(1.0, ((px - ax) * dx + (py - ay) * dy) / length2))
+    return math.hypot(px - (ax + s * dx), py - (ay + s * dy))
+
+
+def view_covers(x: float, y: float, yaw: float, hfov: float, rng: float, px: float, py: float,
+                radius: float) -> bool:
+    """Whether the disc (px, py, radius) meets the sector at (x, y) along yaw (pure numbers:
+    the SQLite store calls it as a function)."""
+    d = math.hypot(px - x, py - y)
+    if d <= radius:
+        return True
+    if d > rng + radius:
+        return False
+    half = hfov / 2
+    if abs(normalize_angle(math.atan2(py - y, px - x) - yaw)) <= half:
+        return True
+    for a in (yaw - half, yaw + half):
+        if _segment_distance(px, py, x, y, x + rng * math.cos(a), y + rng * math.sin(a)) <= radius:
+            return True
+    return False

@@ -33,6 +33,14 @@ FLEET_FIELDS = ("robot", "map")
 
 
 class FleetEngine(MemoryEngine):
+    # Features of a robot's own memory that the fleet store does not hold: named places and
+    # the pose history live in each robot's notes and store, views are not pushed.
+    UNSUPPORTED_SEARCH = {
+        "near": "named places live in each robot's own memory; give near_x and near_y",
+        "seen_near": "camera views are not synced to the fleet store",
+        "visits": "visits come from a robot's own pose history; ask the robot's memory",
+    }
+
     def __init__(self, config: MemoryConfig | None = None, *, fleet_url: str,
                  robot_id: str | None = None, map_id: str | None = None,
                  store: FleetStore | None = None, create_schema: bool = False,

@@ -55,6 +55,14 @@ RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
     "stamp_max_offset_s": (60.0, "auto: header stamps further than this from the clock are "
                            "replaced by the receipt time (s)"),
     "topic_timeout_s": (10.0, "warn when a configured topic is silent this long (s)"),
+    "camera_frame": ("", "camera frame for a keyframe's view, looked up in TF ('' = the "
+                     "image header's frame_id; named, it is kept on a dynamic joint)"),
+    "camera_hfov_deg": (90.0, "camera horizontal field of view (deg); 0 records no views"),
+    "camera_mount_x": (0.0, "camera in base_frame when TF has no camera frame: x (m)"),
+    "camera_mount_y": (0.0, "... y (m)"),
+    "camera_mount_yaw": (0.0, "... heading (rad)"),
+    "view_max_range": (6.0, "how far a keyframe's view reaches without a lidar scan (m)"),
+    "view_lidar_max_age_s": (0.5, "a lidar keyframe this close in time sets the view's range"),
 }
 
 SERVER_PARAMS: dict[str, tuple[Any, str]] = {

@@ -31,7 +31,8 @@ from std_msgs.msg import String
 
 from memory_node.core.engine import CameraFrame, MemoryEngine
 from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
-from memory_node.core.types import Pose
+from memory_node.core.types import Pose, View
+from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
 from memory_node.ros import params
 from memory_node.ros.common import (
     PoseTracker,
@@ -144,8 +145,16 @@ class MemoryRecorder(Node):
         cb = MutuallyExclusiveCallbackGroup()
         # TF in a group of its own: a burst of image callbacks must not hold up /tf. The
         # recorder feeds odometry to the tracker itself (it subscribes to it anyway).
+        keep = (cfg["camera_frame"],) if cfg["camera_frame"] else ()
         self.poses = poses or pose_tracker_from_params(
-            self, odom_topic=None, callback_group=MutuallyExclusiveCallbackGroup())
+            self, odom_topic=None, callback_group=MutuallyExclusiveCallbackGroup(),
+            keep_frames=keep)
+        # The newest lidar keyframe in world coordinates (t, xy): the range of camera views.
+        self._last_scan: tuple[float, np.ndarray] | None = None
+        try:
+            self.engine.mark_recording_clock(bool(self.get_parameter("use_sim_time").value))
+        except Exception as exc:  # noqa: BLE001 - only compaction's clock depends on it
+            self.get_logger().warning(f"could not mark the recording clock: {exc}")
         self.resolver = PoseResolver(self.poses, self.tf_wait_s)
         reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
@@ -401,9 +410,10 @@ class MemoryRecorder(Node):
                     if j.stream == "camera":
                         img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
                                else image_to_bgr(j.msg))
-                        frames.append(CameraFrame(j.t, j.pose, img))
+                        frames.append(CameraFrame(j.t, j.pose, img, view=self._camera_view(j)))
                     elif j.stream == "lidar":
                         pts = voxel_downsample(read_xyz(j.msg), self.voxel)
+                        self._keep_scan(j, pts)
                         self.engine.add_lidar_scan(j.t, j.pose, pts)
                         self.counters["lidar"].stored += 1
                     else:
@@ -421,6 +431,47 @@ class MemoryRecorder(Node):
                 except Exception as exc:  # noqa: BLE001
                     self._count("camera", "failed", len(frames))
                     self.get_logger().warning(f"{len(frames)} camera frame(s) not stored: {exc}")
+
+    def _lookup(self, frame: str, stamp: float) -> Any:
+        from memory_node.ros.tf_buffer import TransformError
+
+        try:
+            return self.poses.buffer.lookup(self.poses.world_frame, frame, stamp,
+                                            self.poses.tolerance_s)
+        except TransformError:
+            return None
+
+    def _keep_scan(self, job: Job, pts: np.ndarray) -> None:
+        """The lidar keyframe's points in the world (above the floor), for view ranges."""
+        frame = getattr(job.msg.header, "frame_id", "")
+        tr = self._lookup(frame, job.lookup_t) if frame else None
+        if tr is None or len(pts) == 0:
+            return
+        world = tr.apply(np.asarray(pts, np.float64))
+        self._last_scan = (job.t, world[world[:, 2] > 0.05][:, :2])
+
+    def _camera_view(self, job: Job) -> View | None:
+        """What the keyframe covered: camera pose from TF (world <- camera frame) at the
+        stamp, else the base pose with the configured mount; range from a lidar keyframe
+        close in time, else view_max_range. None without any pose."""
+        cfg = self.settings
+        if cfg["camera_hfov_deg"] <= 0:
+            return None
+        frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
+        tr = self._lookup(frame, job.lookup_t) if frame else None
+        if tr is not None:
+            x, y, yaw = tr.x, tr.y, forward_yaw(tr.as_matrix()[:3, :3], is_optical(frame))
+        elif job.pose is not None:
+            x, y, yaw = mounted(job.pose, (cfg["camera_mount_x"], cfg["camera_mount_y"],
+                                           cfg["camera_mount_yaw"]))
+        else:
+            return None
+        scan = self._last_scan
+        pts = (scan[1] if scan is not None
+               and abs(scan[0] - job.t) <= cfg["view_lidar_max_age_s"] else None)
+        rng = view_range(pts, x, y, yaw, math.radians(cfg["camera_hfov_deg"]),
+                         cfg["view_max_range"])
+        return make_view(x, y, yaw, cfg["camera_hfov_deg"], rng)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -37,6 +37,7 @@ from memory_node.sim.floorplan import FaceArrays, FloorPlan, build_flat, cast_ra
 from memory_node.sim.lidar import Lidar, LidarModel
 from memory_node.sim.render import CameraModel, FrameInfo, Renderer
 from memory_node.sim.trajectory import (
+    DOOR_VIEW_NEAR,
     NOMINAL_DURATION,
     OdometryTrack,
     Trajectory,
@@ -46,6 +47,11 @@ from memory_node.sim.trajectory import (
 )
 
 GENERATOR_VERSION = 1
+# The question set in ground_truth.json (issue 14): a function of the world and the rest of
+# the ground truth, so an earlier sample gains it without re-rendering the bag.
+QUESTIONS_VERSION = 6
+QUESTION_KINDS = ("where", "when", "yes_no", "how_long", "count")
+VIEW_RANGE = 6.0  # how far a camera view counts as "seeing" for the seen questions (m)
 EPOCH_S = 1_764_460_800  # 2025-11-30T00:00:00Z: a fixed start so stamps never depend on the clock
 EPOCH_NS = EPOCH_S * 1_000_000_000
 BAG_NAME = "flat_bag"
@@ -731,6 +737,148 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
     }
 
 
+def _true_visits(world: _World, x: float, y: float, radius: float) -> list[tuple[float, float]]:
+    """(start, end) of the true path's visits to a circle (absolute stamps), 20 Hz."""
+    from memory_node.core.visits import find_visits
+
+    t = np.arange(0.0, world.duration + 1e-9, 0.05)
+    pose = world.traj.pose(t)
+    track = np.column_stack([t + EPOCH_S, pose[:, 0], pose[:, 1]])
+    spans, _ = find_visits(track, (x, y), radius, gap_s=1.0)
+    return [(v.start, v.end) for v in spans]
+
+
+def _seen(world: _World, walls: FaceArrays, x: float, y: float) -> bool:
+    """Whether any camera frame had (x, y) in view, within VIEW_RANGE, with no wall between."""
+    for t in world.camera_t[::3]:
+        cx, cy, yaw = world.sensor_pose(float(t), CAMERA_XYZ)
+        dx, dy = x - cx, y - cy
+        dist = math.hypot(dx, dy)
+        depth = dx * math.cos(yaw) + dy * math.sin(yaw)
+        lateral = -dx * math.sin(yaw) + dy * math.cos(yaw)
+        if depth <= 0.2 or dist > VIEW_RANGE or abs(lateral / depth) > CAMERA.cx / CAMERA.fx:
+            continue
+        hit, _ = cast_rays(np.array([cx, cy]), np.array([[dx / dist, dy / dist]]), walls)
+        if hit[0] >= dist - 0.3:
+            return True
+    return False
+
+
+def _yes_no_questions(world: _World, gt: dict[str, Any], places: dict[str, dict[str, float]],
+                      person_seen: bool, add: Callable[..., None]) -> None:
+    """Been there? Seen that? Anyone there?"""
+    plan = world.plan
+
+    def clock(t: float) -> str:
+        return f"{t - EPOCH_S:.0f} s into the recording"
+
+    for i, nv in enumerate(gt["never_visited"]):
+        add("yes_no", f"been-never-{i}", f"Have you been at x={nv['x']}, y={nv['y']}?",
+            {"type": "been_at", "x": nv["x"], "y": nv["y"], "radius": 1.0}, False)
+    for i, rv in enumerate(gt["revisits"][:3]):
+        add("yes_no", f"been-revisit-{i}",
+            f"Had you been at x={rv['x']}, y={rv['y']} before {clock(rv['t'])}?",
+            {"type": "been_at", "x": rv["x"], "y": rv["y"], "radius": 1.0,
+             "before": rv["t"] - 10.0}, True)
+    walls = pack_faces(plan.wall_faces(), [r.name for r in plan.rooms])
+    for name in ("window", "plant", "tv", "fridge", "bed", "wardrobe", "kitchen_counter"):
+        lm = gt["landmarks"][name]
+        add("yes_no", f"seen-{name}", f"Did you see the {name} (x={lm['x']}, y={lm['y']})?",
+            {"type": "seen_near", "x": lm["x"], "y": lm["y"], "radius": 0.75},
+            _seen(world, walls, lm["x"], lm["y"]))
+    for i, nv in enumerate(gt["never_visited"]):
+        add("yes_no", f"seen-never-{i}",
+            f"Did you see the floor at x={nv['x']}, y={nv['y']} (where you never went)?",
+            {"type": "seen_near", "x": nv["x"], "y": nv["y"], "radius": 0.3},
+            _seen(world, walls, nv["x"], nv["y"]))
+    x0, y0, x1, y1 = plan.bounds
+    outside = {"north": ((x0 + x1) / 2, y1 + 1.0), "south": ((x0 + x1) / 2, y0 - 1.0),
+               "east": (x1 + 1.0, (y0 + y1) / 2), "west": (x0 - 1.0, (y0 + y1) / 2)}
+    for side, (ox, oy) in outside.items():
+        add("yes_no", f"seen-outside-{side}",
+            f"Did you see the spot x={ox:.2f}, y={oy:.2f} (outside the {side} wall)?",
+            {"type": "seen_near", "x": _r(ox), "y": _r(oy), "radius": 0.3},
+            _seen(world, walls, ox, oy))
+    door = gt["front_door"]
+    add("yes_no", "person-at-door", "Did you see anyone near the front door?",
+        {"type": "seen_with", "x": door["x"], "y": door["y"], "radius": 3.5,
+         "tags": {"person": True}}, person_seen)
+    kitchen = places["kitchen"]
+    add("yes_no", "person-in-kitchen", "Did you see anyone while you were in the kitchen?",
+        {"type": "seen_with", "x": kitchen["x"], "y": kitchen["y"],
+         "radius": kitchen["radius"], "tags": {"person": True}}, False)
+
+
+def _questions(world: _World, gt: dict[str, Any]) -> dict[str, Any]:
+    """The question set: what a robot's user asks (where, when, what/yes-no, how long, how
+    many), each with the expected answer, a tolerance and `ask`, the structured form that
+    `memory-eval` maps to skill calls. Places are named first (`places`), as a user would."""
+    plan = world.plan
+    places: dict[str, dict[str, float]] = {}
+    for r in plan.rooms:
+        x0, y0, x1, y1 = r.box
+        places[r.name.replace("_", " ")] = {
+            "x": _r((x0 + x1) / 2), "y": _r((y0 + y1) / 2),
+            "radius": _r(0.45 * min(x1 - x0, y1 - y0), 2)}
+    for d in plan.doorways:
+        places[f"{d.rooms[0].replace('_', ' ')}-{d.rooms[1].replace('_', ' ')} doorway"] = {
+            "x": _r((d.p0[0] + d.p1[0]) / 2), "y": _r((d.p0[1] + d.p1[1]) / 2),
+            "radius": 0.4}  # a doorway's waypoints lie 0.5 m or more from its middle
+    spots = {"window spot": world.traj.pose(np.array([world.traj.at_mark("window_1")]))[0],
+             "tv spot": world.traj.pose(np.array([world.traj.at_mark("tv")]))[0],
+             "door watch spot": np.array([*DOOR_VIEW_NEAR, 0.0]),
+             "bedroom spot": world.traj.pose(
+                 np.array([world.traj.at_mark("bedroom_look_around")]))[0]}
+    for name, p in spots.items():
+        places[name] = {"x": _r(p[0]), "y": _r(p[1]), "radius": 0.6}
+    visits = {n: _true_visits(world, p["x"], p["y"], p["radius"]) for n, p in places.items()}
+    qs: list[dict[str, Any]] = []
+
+    def add(kind: str, qid: str, question: str, ask: dict[str, Any], answer: Any,
+            tolerance: float | None = None) -> None:
+        qs.append({"id": qid, "kind": kind, "question": question, "ask": ask,
+                   "answer": answer, "tolerance": tolerance})
+
+    def clock(t: float) -> str:
+        return f"{t - EPOCH_S:.0f} s into the recording"
+
+    # where: the robot's position at a moment; where the brightest view was
+    for mark in sorted(world.traj.tour.marks, key=world.traj.at_mark):
+        t = world.traj.at_mark(mark)
+        p = world.traj.pose(np.array([t]))[0]
+        add("where", f"where-{mark}", f"Where were you {clock(_stamp(t))} ({mark})?",
+            {"type": "pose_at", "t": _stamp(t)}, {"x": _r(p[0]), "y": _r(p[1])}, 0.75)
+    b = gt["views"]["brightest"][0]
+    add("where", "where-brightest", "Where were you when you saw the brightest view?",
+        {"type": "brightest"}, {"x": b["x"], "y": b["y"]}, 1.0)
+    # when: first and last time in each room; first and last sight of a person
+    for name in [r.name.replace("_", " ") for r in plan.rooms]:
+        v = visits[name]
+        if not v:
+            continue
+        add("when", f"when-first-{name}", f"When were you first in the {name}?",
+            {"type": "first_visit", "place": name}, _r(v[0][0], 3), 3.0)
+        add("when", f"when-last-{name}", f"When were you last in the {name}?",
+            {"type": "last_visit", "place": name}, _r(v[-1][1], 3), 3.0)
+    seen = [f["t"] for f in gt["views"]["person_frames"] if f["detectable"]]
+    if seen:
+        add("when", "when-person-first", "When did you first see a person?",
+            {"type": "first_seen", "tags": {"person": True}}, seen[0], 6.0)
+        add("when", "when-person-last", "When did you last see a person?",
+            {"type": "last_seen", "tags": {"person": True}}, seen[-1], 6.0)
+    _yes_no_questions(world, gt, places, bool(seen), add)
+    # how long, how many
+    for name in [*[r.name.replace("_", " ") for r in plan.rooms], *spots]:
+        total = sum(b - a for a, b in visits[name])
+        add("how_long", f"how-long-{name}", f"How long were you in the {name}, in all?",
+            {"type": "time_in", "place": name}, _r(total, 2), _r(max(2.0, 0.1 * total), 2))
+    for name in [*[r.name.replace("_", " ") for r in plan.rooms],
+                 *[n for n in places if n.endswith("doorway")]]:
+        add("count", f"count-{name}", f"How many times were you in the {name}?",
+            {"type": "visits_count", "place": name}, len(visits[name]), 0)
+    return {"questions_version": QUESTIONS_VERSION, "places": places, "questions": qs}
+
+
 def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -757,6 +905,12 @@ def _existing(out_dir: Path, seed: int, duration: float, fmt: str) -> dict[str, 
             "use force=True / --force to regenerate"
         )
         raise FileExistsError(msg)
+    if gt.get("questions_version") != QUESTIONS_VERSION:
+        # An earlier sample of the same recording: add the question set (the bag is as is).
+        gt.update(_questions(_build_world(seed, duration), gt))
+        tmp = gt_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(gt, indent=1, sort_keys=True) + "\n")
+        tmp.replace(gt_path)
     return gt
 
 
@@ -794,6 +948,7 @@ def generate_sample(
     world = _build_world(seed, duration)
     frames = _write_bag(world, bag_dir, fmt)
     gt = _ground_truth(world, frames, fmt)
+    gt.update(_questions(world, gt))
     tmp = gt_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(gt, indent=1, sort_keys=True) + "\n")
     tmp.replace(gt_path)

@@ -77,7 +77,7 @@ async def http_session(url: str, token: str | None = None) -> AsyncIterator[Any]
 async def _exercise(url: str, ids: dict[str, int], token: str | None = None) -> None:
     async with http_session(url, token) as s:
         tools = {t.name: t for t in (await s.list_tools()).tools}
-        assert len(tools) == 6
+        assert len(tools) == 8
         assert "- camera: 2 observations, semantic search" in tools["query_memory"].description
         r = await s.call_tool("query_memory", {"stream": "camera", "semantic_query": "person",
                                                "k": 1})

@@ -13,7 +13,7 @@ from memory_node.agent.prompt import MEMORY_PROMPT_SECTION
 from memory_node.agent.skills import get_skills
 
 SKILL_NAMES = ["list_memory_streams", "query_memory", "remember", "query_agent_memory",
-               "compact_memory", "where_am_i"]
+               "compact_memory", "visits", "name_place", "where_am_i"]
 
 
 def _streams_part(description: str) -> str:

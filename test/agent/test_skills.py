@@ -26,7 +26,7 @@ from memory_node.core.types import Pose
 
 NOW = 1764460800.0
 SKILL_NAMES = ["list_memory_streams", "query_memory", "remember", "query_agent_memory",
-               "compact_memory", "where_am_i"]
+               "compact_memory", "visits", "name_place", "where_am_i"]
 
 
 class Memory:
@@ -42,8 +42,8 @@ class Memory:
     def skills(self) -> dict[str, Skill]:
         return {s.name: s for s in get_skills(self.client)}
 
-    def run(self, name: str, **kwargs):
-        return self.skills()[name].run(**kwargs)
+    def run(self, skill: str, /, **kwargs):
+        return self.skills()[skill].run(**kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,8 @@ def test_the_skill_list_and_its_schemas(mem):
     assert q["required"] == ["stream"] and q["additionalProperties"] is False
     # The whole search contract a model needs: place, time both ways, tags, order, count.
     assert list(q["properties"]) == [
-        "stream", "semantic_query", "near_x", "near_y", "radius", "after_seconds_ago",
-        "before_seconds_ago", "after", "before", "tags", "order_by", "k"]
+        "stream", "semantic_query", "near_x", "near_y", "near", "radius", "after_seconds_ago",
+        "before_seconds_ago", "after", "before", "tags", "order_by", "k", "seen_near"]
     props = q["properties"]
     assert props["radius"]["type"] == "number" and props["radius"]["exclusiveMinimum"] == 0
     assert props["k"]["type"] == "integer" and props["k"]["default"] == 5
@@ -89,7 +89,12 @@ def test_the_skill_list_and_its_schemas(mem):
     assert all(p["description"] for p in props.values())
     agent_q = by["query_agent_memory"].parameters
     assert agent_q["required"] == [] and "stream" not in agent_q["properties"]
-    assert list(agent_q["properties"]) == list(props)[1:]
+    assert list(agent_q["properties"]) == list(props)[1:-1]
+    assert by["name_place"].parameters["required"] == ["name"]
+    assert by["name_place"].parameters["properties"]["radius"]["default"] == 2.0
+    assert list(by["visits"].parameters["properties"]) == [
+        "near", "near_x", "near_y", "near_here", "radius", "after_seconds_ago",
+        "before_seconds_ago", "after", "before"]
     assert by["remember"].parameters["required"] == ["note"]
     for name in ("list_memory_streams", "compact_memory", "where_am_i"):
         assert by[name].parameters["properties"] == {}
@@ -218,7 +223,7 @@ def test_query_agent_memory_searches_notes_only(mem):
     ({"stream": "camera", "colour": "red"}, "unknown argument 'colour' of query_memory."),
     ({"stream": "camera", "semantic_querry": "door"},
      "unknown argument 'semantic_querry' of query_memory; did you mean 'semantic_query'? "
-     "Valid: stream, semantic_query, near_x, near_y, radius, after_seconds_ago"),
+     "Valid: stream, semantic_query, near_x, near_y, near, radius, after_seconds_ago"),
     ({"stream": "camera", "order_by": "-brightnes"},
      "unknown order_by '-brightnes' in camera; did you mean '-brightness'? Valid: score, "
      "time, -time, or a numeric tag with or without '-': brightness. (bad_request)"),
@@ -300,7 +305,7 @@ def test_ages_count_from_the_memory_clock_not_the_wall_clock(mem):
 def test_openai_specs_are_what_a_model_needs(mem):
     specs = openai_tool_specs(mem.client)
     assert json.loads(json.dumps(specs)) == specs  # plain JSON all the way down
-    assert [s["type"] for s in specs] == ["function"] * 6
+    assert [s["type"] for s in specs] == ["function"] * 8
     fn = {s["function"]["name"]: s["function"] for s in specs}
     assert list(fn) == SKILL_NAMES
     assert all(set(f) == {"name", "description", "parameters"} for f in fn.values())
@@ -331,6 +336,8 @@ def test_openai_specs_are_what_a_model_needs(mem):
     for name in ("list_memory_streams", "compact_memory", "where_am_i"):
         assert fn[name]["parameters"] == {"type": "object", "properties": {}, "required": [],
                                           "additionalProperties": False}
+    assert fn["visits"]["description"].startswith("The robot's visits to a place")
+    assert fn["name_place"]["description"].startswith("Name the robot's current position")
 
 
 def test_call_openai_tool_runs_every_tool(fresh):
@@ -412,3 +419,41 @@ def test_recorder_wraps_skill_objects_and_filters_by_predicate(fresh):
     assert rec.wrap(host).call() == "Waved."
     text = fresh.run("query_agent_memory", semantic_query="wave", k=1).text
     assert "Skill call wave() -> Waved." in text
+
+
+# ---- places and visits -------------------------------------------------------------------
+
+def test_name_place_then_visits_and_searches_by_name(fresh):
+    eng, now = fresh.engine, fresh.clock()
+    for i, x in enumerate([-3.0, -1.0, 0.0, 1.0, 3.0, 1.0, 0.0, -1.0, -3.0]):
+        eng.add_observation("odom", now - 100 + i, Pose(x, 5.0), {"speed": 0.5})
+    answer = fresh.run("name_place", name="front door", x=0.0, y=5.0, radius=1.5)
+    assert answer.text == ("Named 'front door': x=0.00 y=5.00, radius 1.5 m. Searches and "
+                           "visits take near='front door'.")
+    listed = fresh.run("list_memory_streams").text
+    assert "Named places (use near='<name>'): front door at x=0.00 y=5.00 (radius 1.5 m)" in listed
+    # In, out past x=1.5 and back in: two visits of 2.5 s (crossings interpolated).
+    text = fresh.run("visits", near="front door", after_seconds_ago=110,
+                     before_seconds_ago=90).text
+    first, *rest = text.splitlines()
+    assert first.startswith("2 visits to 'front door', 5.0 s in all; first there ")
+    assert rest[0] == "- from 2025-11-29 23:58:20 to 2025-11-29 23:58:23: 2.5 s (1 min ago)"
+    assert rest[1].endswith(": 2.5 s (1 min ago)")
+    # The history stops at 92 s ago for 32 s, reaching into the window: said.
+    assert len(rest) == 3 and rest[2].startswith("Note: no pose history from ")
+    assert "(32 s, more than the 30 s gap threshold)" in rest[2]
+    found = fresh.run("query_memory", stream="odom", near="front door", k=10).text
+    assert len(re.findall(r"^#\d+ odom", found, re.M)) == 6
+    gone = fresh.run("name_place", name="front door", remove=True).text
+    assert gone.startswith("Removed the name 'front door'")
+    err = fresh.run("visits", near="front door")
+    assert err.is_error and "unknown place 'front door'" in err.text
+
+
+def test_visits_say_when_there_is_no_pose_history(fresh):
+    text = fresh.run("visits", near_x=50.0, near_y=50.0, radius=1.0,
+                     after_seconds_ago=60).text
+    assert text.startswith("No visits to x=50.00 y=50.00 (within 1 m)")
+    assert "Note: no pose history" in text
+    err = fresh.run("visits", radius=2.0)
+    assert err.is_error and "needs a centre" in err.text

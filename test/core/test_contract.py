@@ -65,9 +65,8 @@ def error(eng, query) -> str:
      "order_by 'colors': tag 'colors' holds no numbers in camera. Numeric tags: brightness, "
      "people."),
     ({"radius": 3}, "'radius' needs a centre"),
-    ({"near": "kitchen"}, "'near' is not supported yet"),
-    ({"visits": True, "near_x": 0, "near_y": 0}, "'visits' is not supported yet"),
-    ({"robot": "go2-1"}, "'robot' is not supported yet"),
+    ({"near": "kitchen"}, "unknown place 'kitchen'. Valid: none yet."),
+    ({"robot": "go2-1"}, "'robot' is not supported by this memory"),
     ("[1, 2]", "search query is a JSON list"),
     ({"sematic_query": "door"}, "did you mean 'semantic_query'?"),
 ])
@@ -87,6 +86,10 @@ def test_valid_tag_searches_are_unchanged(eng):
     assert out["ok"] and out["results"][0]["tags"] == {"faces": 1}
 
 
-def test_save_place_form_is_refused_not_ignored(eng):
-    out = json.loads(eng.save(json.dumps({"place": "kitchen", "radius": 2.0})))
-    assert out["error"]["code"] == "bad_request" and "not supported yet" in out["error"]["message"]
+def test_removing_an_unknown_place_names_the_places(eng):
+    out = json.loads(eng.save(json.dumps({"place": "kitchn", "remove": True})))
+    assert out["error"]["code"] == "bad_request"
+    assert "unknown place 'kitchn'" in out["error"]["message"]
+    json.loads(eng.save(json.dumps({"place": "kitchen", "x": 1.0, "y": 2.0})))
+    out = json.loads(eng.save(json.dumps({"place": "kitchn", "remove": True})))
+    assert "did you mean 'kitchen'?" in out["error"]["message"]

@@ -175,7 +175,7 @@ def test_sigkill_during_compaction(tmp_path):
     eng = make_engine(clean, FakeClock(NOW), PoseBox())
     first = json.loads(eng.compact())
     eng.close()
-    assert first["ok"] and first["thinned"] > 500
+    assert first["ok"] and first["thinned"] > 400  # extremes and visit ends stay
 
     for _ in range(3):  # three kills, each as soon as this run has archived something
         before = archived(crashed)

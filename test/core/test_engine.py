@@ -55,7 +55,8 @@ def test_save_then_search_contract_shape(env):
 
 def test_streams_lists_every_stream_with_rows(env):
     eng, clock, pose, _ = env
-    assert call(eng.streams) == {"ok": True, "streams": [], "took_ms": pytest.approx(0, abs=50)}
+    assert call(eng.streams) == {"ok": True, "streams": [], "places": [],
+                                 "took_ms": pytest.approx(0, abs=50)}
     eng.save("note one")
     eng.add_observation("odom", T0 + 5, Pose(0, 0), {"speed": 0.4})
     streams = {s["name"]: s for s in call(eng.streams)["streams"]}
@@ -151,12 +152,15 @@ def test_compact_without_llm_reports_unavailable_and_keeps_notes(env):
         eng.add_observation("odom", T0 - 2 * 86400 + i, Pose(0.1, 0.1), {"speed": 0.0})
     res = call(eng.compact)
     assert res["ok"] is True and res["summaries"]["status"] == "unavailable"
-    assert res["thinned"] == 19 and res["archived_total"] == 19
+    # One visit to one cell: its first and last frame stay, the newest counts the rest.
+    assert res["thinned"] == 18 and res["archived_total"] == 18
+    assert res["kept"]["visit_first_last"] == 2 and res["clock"] == "clock"
     streams = {s["name"]: s for s in call(eng.streams)["streams"]}
-    assert streams["odom"]["count"] == 1 and streams["events"]["count"] == 1
-    [kept] = call(eng.search, '{"stream": "odom"}')["results"]
-    assert kept["tags"]["merged"] == 19 and kept["tags"]["span"] == [T0 - 2 * 86400,
+    assert streams["odom"]["count"] == 2 and streams["events"]["count"] == 1
+    kept, first = call(eng.search, '{"stream": "odom"}')["results"]
+    assert kept["tags"]["merged"] == 18 and kept["tags"]["span"] == [T0 - 2 * 86400 + 1,
                                                                        T0 - 2 * 86400 + 19]
+    assert first["t"] == T0 - 2 * 86400
 
 
 def test_compact_writes_llm_summaries_of_old_notes(tmp_path):

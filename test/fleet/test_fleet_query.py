@@ -165,7 +165,19 @@ def test_streams_per_robot_and_writes_refused(fleet):
     assert {r["robot"]: r["map"] for r in ans["robots"]} == {
         "r1": "r1/map", "r2": "r2/map", "r3": "site-A", "r4": "site-A"}
     assert json.loads(eng.save("hello"))["error"]["code"] == "bad_request"
+    assert json.loads(eng.save(json.dumps({"place": "kitchen", "x": 1.0, "y": 2.0})))[
+        "error"]["code"] == "bad_request"
     assert json.loads(eng.compact())["error"]["code"] == "bad_request"
+
+
+@pytest.mark.parametrize(("query", "words"), [
+    ({"near": "kitchen"}, "named places live in each robot's own memory"),
+    ({"near_x": 1.0, "near_y": 2.0, "seen_near": True}, "camera views are not synced"),
+    ({"visits": True, "near_x": 1.0, "near_y": 2.0}, "visits come from a robot's own pose"),
+])
+def test_robot_only_features_are_refused_in_words(fleet, query, words):
+    ans = json.loads(fleet["engine"]("r1").search(json.dumps(query)))
+    assert ans["error"]["code"] == "bad_request" and words in ans["error"]["message"]
 
 
 def test_unreachable_fleet_answers_unavailable_without_the_password(fleet, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -352,3 +353,36 @@ def test_sqlite3_format(tmp_path: Path) -> None:
     assert counts["/odom"] == 81 and counts["/camera/image_raw"] == 48
     img = TYPESTORE.deserialize_cdr(raw, "sensor_msgs/msg/Image")
     assert (img.width, img.height, img.encoding) == (320, 240, "rgb8")
+
+
+def test_the_question_set_covers_every_kind_with_answers(sample: gen.SampleInfo,
+                                                         tmp_path: Path) -> None:
+    """Issue 14: at least 40 questions of the five kinds, each with an answer, a tolerance
+    where one applies, and a structured form memory-eval maps to skill calls; an older
+    ground truth without them gains them on reuse, without touching the bag."""
+    gt = sample.ground_truth
+    qs = gt["questions"]
+    assert len(qs) >= 40 and len({q["id"] for q in qs}) == len(qs)
+    kinds = {k: [q for q in qs if q["kind"] == k] for k in gen.QUESTION_KINDS}
+    assert all(len(v) >= 8 for v in kinds.values()), {k: len(v) for k, v in kinds.items()}
+    for q in qs:
+        assert q["question"].endswith("?") and q["ask"]["type"]
+        assert q["answer"] is not None
+        if q["kind"] in ("where", "when", "how_long"):
+            assert q["tolerance"] > 0
+        if q["ask"].get("place"):
+            assert q["ask"]["place"] in gt["places"]
+    # Yes/no questions with both answers, so "always yes" cannot score well.
+    assert {q["answer"] for q in kinds["yes_no"]} == {True, False}
+    # The kitchen is entered once, for about 14 s of the 150 s tour (time-scaled here).
+    assert next(q for q in qs if q["id"] == "count-kitchen")["answer"] == 1
+    kitchen = next(q for q in qs if q["id"] == "how-long-kitchen")["answer"]
+    assert 10 < kitchen * 150 / DURATION < 20
+    # Reuse of an older sample adds the set.
+    old = tmp_path / "old"
+    shutil.copytree(sample.out_dir, old)
+    stale = {k: v for k, v in gt.items() if k not in ("questions", "places",
+                                                       "questions_version")}
+    (old / gen.GROUND_TRUTH_NAME).write_text(json.dumps(stale))
+    again = gen.generate_sample(old, seed=gt["seed"], duration_s=gt["duration"])
+    assert again.reused and again.ground_truth["questions"] == qs

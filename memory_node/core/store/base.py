@@ -83,5 +83,21 @@ class ObservationStore(ABC):
         """Whether any row (of `streams`, or any) carries `tag`: the catalogue's double check."""
         return True
 
+    # Named places, visits, view-cone searches and the archive: a store that lacks one of these
+    # leaves it unimplemented, and its engine answers bad_request for the feature (the fleet
+    # engine does) rather than calling it.
+    def pose_track(self, t_min: float | None = None, t_max: float | None = None,
+                   streams: Sequence[str] | None = None) -> np.ndarray:
+        """(t, x, y) of every row with a pose, kept or archived, in time order (visits)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no pose history")
+
+    def archived_vectors(self, ids: Sequence[int]) -> dict[int, tuple[str | None, np.ndarray]]:
+        """{id: (model id, vector)} of archived rows that kept their vector."""
+        raise NotImplementedError(f"{type(self).__name__} has no archive to search")
+
+    def newest_t(self, streams: Sequence[str]) -> float | None:
+        """The time of the newest row of `streams`, kept or archived."""
+        raise NotImplementedError
+
     @abstractmethod
     def close(self) -> None: ...

@@ -4,7 +4,9 @@ Layout: `observations` (one row per kept observation; `model_id` set when it has
 `vectors` (the float32 embedding of a row, kept apart so filter scans read small rows),
 `obs_xy` (an R*Tree on x, y for radius queries), `vector_log` (a change feed of vectors so
 other processes and the in-memory indexes catch up incrementally), `archive` (rows thinned or
-folded by compaction: never deleted), and `meta`.
+folded by compaction: never deleted; their vectors in `archive_vectors`), `views` (what a
+camera frame covered: a sector, with its bounding box in the R*Tree `view_xy`, for
+`seen_near`; kept when the row is archived), and `meta`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.store.base import Candidates, ObservationStore, VectorChange
-from memory_node.core.types import Observation, Pose, RowFilter
+from memory_node.core.types import Observation, Pose, RowFilter, view_covers
 
 SCHEMA_VERSION = "2"
 
@@ -71,6 +73,13 @@ CREATE TABLE IF NOT EXISTS archive (
     kept_id INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS views (
+    id INTEGER PRIMARY KEY,
+    x REAL NOT NULL, y REAL NOT NULL, yaw REAL NOT NULL, hfov REAL NOT NULL,
+    range REAL NOT NULL
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS view_xy USING rtree(id, min_x, max_x, min_y, max_y);
+CREATE TABLE IF NOT EXISTS archive_vectors (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS tag_keys (
     stream TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -87,6 +96,18 @@ INSERT OR IGNORE INTO tag_keys(stream, key, numeric)
 SELECT DISTINCT o.stream, j.key, j.type IN ('integer', 'real')
 FROM observations o, json_each(o.tags) j
 """
+
+
+def _covers_sql(x: float, y: float, yaw: float, hfov: float, rng: float, px: float,
+                py: float, r: float) -> int:
+    return int(view_covers(x, y, yaw, hfov, rng, px, py, r))
+
+
+_ARCHIVE_UNION = (
+    "(SELECT id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id,"
+    " note_key, 0 AS archived FROM observations UNION ALL"
+    " SELECT id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id,"
+    " note_key, 1 AS archived FROM archive)")
 
 
 def _json_path(key: str) -> str:
@@ -158,6 +179,7 @@ class SqliteObservationStore(ObservationStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+        conn.create_function("view_covers", 8, _covers_sql, deterministic=True)
         return conn
 
     # ---- writes -------------------------------------------------------------------------
@@ -197,6 +219,14 @@ class SqliteObservationStore(ObservationStore):
                             " VALUES (?,?,?,?,?)",
                             (oid, p.x, p.x, p.y, p.y),
                         )
+                    if obs.view is not None:
+                        v = obs.view
+                        self._w.execute(
+                            "INSERT INTO views(id, x, y, yaw, hfov, range) VALUES (?,?,?,?,?,?)",
+                            (oid, v.x, v.y, v.yaw, v.hfov, v.range))
+                        self._w.execute(
+                            "INSERT INTO view_xy(id, min_x, max_x, min_y, max_y)"
+                            " VALUES (?,?,?,?,?)", (oid, *v.bbox()))
                     if blob is not None:
                         self._w.execute("INSERT INTO vectors(id, embedding) VALUES (?, ?)",
                                         (oid, blob))
@@ -259,11 +289,13 @@ class SqliteObservationStore(ObservationStore):
                 raise
 
     def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,
-                kept_tags: tuple[int, Callable[[int], dict]] | None = None) -> int:
+                kept_tags: tuple[int, Callable[[int], dict]] | None = None,
+                at: float | None = None) -> int:
+        """`at`: the archive time to record (the compaction's clock; default wall time)."""
         if not ids:
             return 0
         kept = kept or {}
-        now = time.time()
+        now = time.time() if at is None else float(at)
         moved = 0
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
@@ -280,6 +312,9 @@ class SqliteObservationStore(ObservationStore):
                     )
                     if not cur.rowcount:
                         continue
+                    self._w.execute(
+                        "INSERT OR IGNORE INTO archive_vectors(id, embedding)"
+                        " SELECT id, embedding FROM vectors WHERE id=?", (oid,))
                     had_vec = self._w.execute(
                         "DELETE FROM vectors WHERE id=?", (oid,)).rowcount > 0
                     self._w.execute("DELETE FROM observations WHERE id=?", (oid,))
@@ -326,24 +361,31 @@ class SqliteObservationStore(ObservationStore):
 
     @staticmethod
     def _row(r: tuple) -> Observation:
-        (oid, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id, note_key) = r
+        (oid, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id, note_key) = r[:14]
         pose = None
         if x is not None and y is not None:
             pose = Pose(x=x, y=y, z=z or 0.0, yaw=yaw or 0.0, frame=frame or "", source=source)
         return Observation(stream=stream, t=t, pose=pose, tags=json.loads(tags), text=text,
-                           ref=ref, id=oid, model_id=model_id, note_key=note_key)
+                           ref=ref, id=oid, model_id=model_id, note_key=note_key,
+                           archived=bool(r[14]) if len(r) > 14 else False)
 
-    def get(self, ids: Sequence[int]) -> dict[int, Observation]:
+    def get(self, ids: Sequence[int], include_archived: bool = False
+            ) -> dict[int, Observation]:
+        """Rows by id; with `include_archived`, archived rows too (marked `archived`)."""
         out: dict[int, Observation] = {}
         ids = [int(i) for i in ids]
+        tables = ("observations", "archive") if include_archived else ("observations",)
         with self._rlock:
-            for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
-                marks = ",".join("?" * len(chunk))
-                for r in self._r.execute(
-                    f"SELECT {_COLUMNS} FROM observations WHERE id IN ({marks})", chunk
-                ):
-                    out[r[0]] = self._row(r)
+            for table in tables:
+                want = [i for i in ids if i not in out]
+                flag = ", 1" if table == "archive" else ""
+                for start in range(0, len(want), 500):
+                    chunk = want[start:start + 500]
+                    marks = ",".join("?" * len(chunk))
+                    for r in self._r.execute(
+                        f"SELECT {_COLUMNS}{flag} FROM {table} WHERE id IN ({marks})", chunk
+                    ):
+                        out[r[0]] = self._row(r)
         return out
 
     def _where(self, req: RowFilter) -> tuple[str, str, list[Any]]:
@@ -353,11 +395,32 @@ class SqliteObservationStore(ObservationStore):
         if req.near is not None:
             nx, ny = req.near
             r = req.radius
-            join = ("JOIN obs_xy ON obs_xy.id = o.id AND obs_xy.min_x <= ? AND obs_xy.max_x >= ?"
-                    " AND obs_xy.min_y <= ? AND obs_xy.max_y >= ?")
-            params += [nx + r, nx - r, ny + r, ny - r]
-            conds.append("((o.x - ?) * (o.x - ?) + (o.y - ?) * (o.y - ?)) <= ?")
-            params += [nx, nx, ny, ny, r * r]
+            box = [nx + r, nx - r, ny + r, ny - r]
+            in_disc = "((o.x - ?) * (o.x - ?) + (o.y - ?) * (o.y - ?)) <= ?"
+            disc = [nx, nx, ny, ny, r * r]
+            if req.include_archived:  # archived rows are not in the R*Tree: a plain range
+                stand = ("(o.x <= ? AND o.x >= ? AND o.y <= ? AND o.y >= ? AND "
+                         f"{in_disc})")
+                stand_params = box + disc
+            else:
+                stand = ("(o.id IN (SELECT id FROM obs_xy WHERE min_x <= ? AND max_x >= ?"
+                         f" AND min_y <= ? AND max_y >= ?) AND {in_disc})")
+                stand_params = box + disc
+            if req.seen_near:
+                conds.append(
+                    f"({stand} OR o.id IN (SELECT v.id FROM view_xy b JOIN views v ON v.id ="
+                    " b.id WHERE b.min_x <= ? AND b.max_x >= ? AND b.min_y <= ? AND"
+                    " b.max_y >= ? AND view_covers(v.x, v.y, v.yaw, v.hfov, v.range, ?, ?, ?)))")
+                params += stand_params + box + [nx, ny, r]
+            elif req.include_archived:
+                conds.append(stand)
+                params += stand_params
+            else:
+                join = ("JOIN obs_xy ON obs_xy.id = o.id AND obs_xy.min_x <= ? AND"
+                        " obs_xy.max_x >= ? AND obs_xy.min_y <= ? AND obs_xy.max_y >= ?")
+                params += box
+                conds.append(in_disc)
+                params += disc
         if req.streams:
             conds.append(f"o.stream IN ({','.join('?' * len(req.streams))})")
             params += list(req.streams)
@@ -390,9 +453,13 @@ class SqliteObservationStore(ObservationStore):
         where = ("WHERE " + " AND ".join(conds)) if conds else ""
         return join, where, params
 
+    @staticmethod
+    def _source(filt: RowFilter) -> str:
+        return _ARCHIVE_UNION if filt.include_archived else "observations"
+
     def candidates(self, filt: RowFilter) -> Candidates:
         join, where, params = self._where(filt)
-        sql = f"SELECT o.id, o.stream, o.model_id FROM observations o {join} {where}"
+        sql = f"SELECT o.id, o.stream, o.model_id FROM {self._source(filt)} o {join} {where}"
         with self._rlock:
             rows = self._r.execute(sql, params).fetchall()
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -411,10 +478,78 @@ class SqliteObservationStore(ObservationStore):
                        f" THEN json_extract(o.tags, '{path}') END)")
             order = f"{numeric} IS NULL, {numeric} {direction}, o.t DESC, o.id DESC"
         cols = ", ".join("o." + c.strip() for c in _COLUMNS.split(","))
-        sql = f"SELECT {cols} FROM observations o {join} {where} ORDER BY {order} LIMIT ?"
+        if filt.include_archived:
+            cols += ", o.archived"
+        sql = (f"SELECT {cols} FROM {self._source(filt)} o {join} {where} ORDER BY {order}"
+               " LIMIT ?")
         with self._rlock:
             rows = self._r.execute(sql, params + [int(limit)]).fetchall()
         return [self._row(r) for r in rows]
+
+    def archived_vectors(self, ids: Sequence[int]) -> dict[int, tuple[str | None, np.ndarray]]:
+        """{id: (model id, vector)} of archived rows that kept their vector."""
+        out: dict[int, tuple[str | None, np.ndarray]] = {}
+        ids = [int(i) for i in ids]
+        with self._rlock:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start:start + 900]
+                marks = ",".join("?" * len(chunk))
+                for oid, model_id, blob in self._r.execute(
+                    "SELECT a.id, a.model_id, v.embedding FROM archive a JOIN archive_vectors v"
+                    f" ON v.id = a.id WHERE a.id IN ({marks})", chunk
+                ):
+                    out[oid] = (model_id, np.frombuffer(blob, dtype=np.float32))
+        return out
+
+    def pose_track(self, t_min: float | None = None, t_max: float | None = None,
+                   streams: Sequence[str] | None = None) -> np.ndarray:
+        """(t, x, y) of every row with a pose, kept or archived, in time order: the robot's
+        pose history (visits). `streams` limits which rows count."""
+        conds = ["x IS NOT NULL", "y IS NOT NULL"]
+        params: list[Any] = []
+        if streams:
+            conds.append(f"stream IN ({','.join('?' * len(streams))})")
+            params += list(streams)
+        if t_min is not None:
+            conds.append("t >= ?")
+            params.append(float(t_min))
+        if t_max is not None:
+            conds.append("t <= ?")
+            params.append(float(t_max))
+        where = " AND ".join(conds)
+        sql = (f"SELECT t, x, y FROM observations WHERE {where} UNION ALL"
+               f" SELECT t, x, y FROM archive WHERE {where} ORDER BY 1")
+        with self._rlock:
+            rows = self._r.execute(sql, params + params).fetchall()
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+
+    def newest_t(self, streams: Sequence[str]) -> float | None:
+        """The time of the newest row of `streams`, kept or archived."""
+        if not streams:
+            return None
+        marks = ",".join("?" * len(streams))
+        with self._rlock:
+            row = self._r.execute(
+                f"SELECT max(t) FROM (SELECT max(t) AS t FROM observations WHERE stream IN"
+                f" ({marks}) UNION ALL SELECT max(t) FROM archive WHERE stream IN ({marks}))",
+                list(streams) * 2).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def views_of(self, ids: Sequence[int]) -> dict[int, Any]:
+        """{id: View} of the rows that recorded one."""
+        from memory_node.core.types import View
+
+        out: dict[int, Any] = {}
+        ids = [int(i) for i in ids]
+        with self._rlock:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start:start + 900]
+                marks = ",".join("?" * len(chunk))
+                for oid, x, y, yaw, hfov, rng in self._r.execute(
+                        f"SELECT id, x, y, yaw, hfov, range FROM views WHERE id IN ({marks})",
+                        chunk):
+                    out[oid] = View(x, y, yaw, hfov, rng)
+        return out
 
     def vector_changes(self, after_seq: int) -> Iterator[VectorChange]:
         with self._rlock:
