@@ -130,7 +130,7 @@ class Asker:
 
 
 def check(q: Mapping[str, Any], got: Any) -> bool:
-    want, tol = q["answer"], q.get("tolerance")
+    want, tol = q["answer"], float(q.get("tolerance") or 0.0)
     if got is None:
         return False
     if q["kind"] == "where":
@@ -138,7 +138,7 @@ def check(q: Mapping[str, Any], got: Any) -> bool:
     if q["kind"] in ("when", "how_long"):
         return abs(float(got) - float(want)) <= tol
     if q["kind"] == "count":
-        return abs(int(got) - int(want)) <= (tol or 0)
+        return abs(int(got) - int(want)) <= tol
     return bool(got) == bool(want)
 
 

@@ -191,13 +191,16 @@ class QueryPlanner:
         """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
         cand = self.store.candidates(req.filter)
         rows = self._get(req, cand.ids.tolist())
-        archived = (self.store.archived_vectors([o.id for o in rows.values() if o.archived])
+        archived = (self.store.archived_vectors([i for i, o in rows.items() if o.archived])
                     if req.include_archived else {})
         scored: list[tuple[Observation, float | None]] = []
-        for obs in rows.values():
+        for oid, obs in rows.items():
             score = None
-            vec = (archived.get(obs.id, (None, None))[1] if obs.archived
-                   else self.indexes.vector(obs.model_id, obs.stream, obs.id))
+            if obs.archived:
+                pair = archived.get(oid)
+                vec = pair[1] if pair is not None else None
+            else:
+                vec = self.indexes.vector(obs.model_id, obs.stream, oid)
             qv = qvecs.get(obs.model_id) if obs.model_id else None
             if vec is not None and qv is not None:
                 score = float(vec @ qv)

@@ -71,7 +71,7 @@ def find_visits(track: np.ndarray, centre: tuple[float, float], radius: float, g
     c = np.asarray(centre, dtype=np.float64)
     inside = np.hypot(pts[:, 0] - c[0], pts[:, 1] - c[1]) <= radius
     start: float | None = None
-    end: float | None = None
+    end = 0.0  # meaningful while start is set
     for i in range(len(t)):
         linked = i > 0 and t[i] - t[i - 1] <= gap_s
         if inside[i]:
@@ -86,7 +86,7 @@ def find_visits(track: np.ndarray, centre: tuple[float, float], radius: float, g
         elif start is not None:
             end = _crossing(t[i - 1], pts[i - 1], t[i], pts[i], c, radius) if linked else end
             visits.append(VisitSpan(start, end))
-            start = end = None
+            start = None
     if start is not None:
         if now is not None and 0 <= now - t[-1] <= gap_s:
             end = float(now)
