@@ -144,3 +144,18 @@ def parse_scale(text: str) -> int:
     elif t.endswith("m"):
         mult, t = 1_000_000, t[:-1]
     return int(float(t) * mult)
+
+
+def write_marked_section(md: Path, name: str, body: str) -> None:
+    """Put `body` into the report between `<!-- name:begin -->` and `<!-- name:end -->`,
+    replacing what was there (appended the first time). bench/report.py keeps such blocks
+    when it regenerates the rest of the page."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    section = f"{begin}\n{body.strip()}\n{end}"
+    text = md.read_text() if md.exists() else "# Benchmarks\n"
+    if begin in text and end in text:
+        a, b = text.index(begin), text.index(end) + len(end)
+        text = text[:a] + section + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    md.write_text(text)

@@ -26,7 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import DEFAULT_RESULTS, REPO_ROOT, machine_info, parse_scale, percentiles
+from bench.common import (
+    DEFAULT_RESULTS,
+    REPO_ROOT,
+    machine_info,
+    parse_scale,
+    percentiles,
+    write_marked_section,
+)
 from bench.engine_bench import (
     brute_force,
     make_queries,
@@ -39,7 +46,6 @@ from bench.workload import STREAMS, LookupEmbedder, build_store, load_dataset
 ROBOTS = ("robot-a", "robot-b", "robot-c")
 MAP_ID = "bench-site"
 KINDS = ("combined", "semantic", "near", "time", "stream")
-BEGIN, END = "<!-- fleet:begin -->", "<!-- fleet:end -->"
 
 
 def _split_stores(ds: Any, root: Path, log: Any) -> dict[str, np.ndarray]:
@@ -226,7 +232,7 @@ def render(res: dict[str, Any], command: str) -> str:
         return f"{a / b:.1f}x" if b else "–"
 
     n = res["rows"]
-    L = [BEGIN, "## Fleet store (PostgreSQL + pgvector) vs local engine", "",
+    L = ["## Fleet store (PostgreSQL + pgvector) vs local engine", "",
          f"Command: `{command}` ({res.get('when', '')}). {n:,} rows ({res['vectors']} 384-d "
          f"vectors), split round-robin over {res['robots']} robots' stores and pushed with "
          "memory-sync's `FleetSync`; all robots share one map id, so the fleet and the one local "
@@ -255,18 +261,8 @@ def render(res: dict[str, Any], command: str) -> str:
           f"{res['sync']['seconds']} s, batches of 2000, one transaction each).",
           f"- Save → fleet-visible lag (memory-sync loop, default 0.25 s poll): p50 "
           f"{res['lag']['p50']:.0f} ms, p99 {res['lag']['p99']:.0f} ms over {res['lag']['n']} "
-          "saves.", END]
+          "saves."]
     return "\n".join(L) + "\n"
-
-
-def write_section(md: Path, section: str) -> None:
-    text = md.read_text() if md.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        a, b = text.index(BEGIN), text.index(END) + len(END)
-        text = text[:a] + section.rstrip("\n") + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    md.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     (DEFAULT_RESULTS / "fleet.json").write_text(json.dumps(res, indent=1))
     if not args.no_report:
         cmd = "python -m bench.fleet_bench --scale " + args.scale + f" --queries {args.queries}"
-        write_section(REPO_ROOT / "BENCHMARKS.md", render(res, cmd))
+        write_marked_section(REPO_ROOT / "BENCHMARKS.md", "fleet", render(res, cmd))
     print(render(res, "python -m bench.fleet_bench"))
     return 0
 

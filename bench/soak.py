@@ -30,7 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_RESULTS, REPO_ROOT, percentiles, write_json
+from bench.common import (
+    DEFAULT_RESULTS,
+    REPO_ROOT,
+    percentiles,
+    read_json,
+    write_json,
+    write_marked_section,
+)
 
 # The bench's own ROS domain (tests take 1..100, the demo 101..199, ros_bench 230);
 # MEMORY_BENCH_DOMAIN_ID overrides it (the test suite passes its own isolated domain).
@@ -321,6 +328,41 @@ def run_soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"memory-node stopped in {stop_s:.1f} s", file=sys.stderr)
 
 
+def render(load: dict[str, Any] | None, soak: dict[str, Any] | None) -> str:
+    """The report's load and soak section (BENCHMARKS.md, between soak markers)."""
+    L = ["## Load and soak (memory-node while it records)", ""]
+    if load:
+        L += [f"Load: `python -m bench.soak --load --clients {load['clients']} --requests "
+              f"{load['requests_per_client']}` — {load['clients']} client processes, each "
+              f"{load['requests_per_client']} requests one after another (search 80 %, save "
+              f"15 %, streams 5 %), while the sample recording replays at {load['rate']}x into "
+              f"`memory-node --use-sim-time`. {load['total']:,} requests in {load['took_s']} s: "
+              f"**{load['unanswered']} unanswered**.", "",
+              "| kind | n | p50 ms | p99 ms | answers |", "|---|---|---|---|---|"]
+        for verb, k in load["per_kind"].items():
+            codes = ", ".join(f"{c} {n}" for c, n in k["codes"].items())
+            L.append(f"| {verb} | {k['n']} | {k['p50']:.1f} | {k['p99']:.1f} | {codes} |")
+        rec = load["recorder"]
+        L += ["", "Recorder meanwhile: " + "; ".join(
+            f"{s} received {c['received']}, kept {c['kept']}, dropped {c['dropped']}"
+            for s, c in rec.items()) + "."]
+        reasons = sorted({m.split(":")[0] + ": " + m.split(":")[1][:60] if ":" in m else m
+                          for k in load["per_kind"].values() for m in k.get("not_ok", [])})
+        L += [f"Answers other than ok, by reason: {'; '.join(reasons)}." if reasons else "", ""]
+    if soak:
+        L += [f"Soak: `python -m bench.soak --soak --duration {soak['duration_s']:.0f}` — the "
+              f"replay loops at {soak['rate']}x with a save every few seconds; samples every "
+              f"10 s, slopes after {soak['warmup_s']:.0f} s of warm-up. Saves "
+              f"{soak['saves']['ok']} answered ok, {soak['saves']['failed']} not; RSS "
+              f"{soak['rss_mb']['first']} → {soak['rss_mb']['last']} MB (slope "
+              f"{soak['rss_mb']['slope_mb_per_h']} MB/h); open files {soak['fds']['min']}–"
+              f"{soak['fds']['max']} (slope {soak['fds']['slope_per_h']}/h); store "
+              f"{soak['store_mb']} MB for {soak['rows']:,} rows ({soak['store_kb_per_row']} "
+              f"kB/row); recorder drops {soak['recorder_dropped']}; error lines "
+              f"{sum('[WARN]' not in ln for ln in soak['node_problems'])}.", ""]
+    return "\n".join(L)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -347,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
             shown = {k: v for k, v in result.items() if k != "series"}
             shown["node_problems"] = result["node_problems"][:20]
             print(json.dumps(shown, indent=1))
+    if args.out == DEFAULT_RESULTS:
+        found = {n: read_json(args.out / f"soak_{n}.json")
+                 for n in ("load", "soak") if (args.out / f"soak_{n}.json").exists()}
+        write_marked_section(REPO_ROOT / "BENCHMARKS.md", "soak",
+                             render(found.get("load"), found.get("soak")))
     return 0
 
 
