@@ -346,7 +346,7 @@ def render(load: dict[str, Any] | None, soak: dict[str, Any] | None) -> str:
         L += ["", "Recorder meanwhile: " + "; ".join(
             f"{s} received {c['received']}, kept {c['kept']}, dropped {c['dropped']}"
             for s, c in rec.items()) + "."]
-        reasons = sorted({m.split(":")[0] + ": " + m.split(":")[1][:60] if ":" in m else m
+        reasons = sorted({re.sub(r"\d+(\.\d+)?", "N", m)[:100]
                           for k in load["per_kind"].values() for m in k.get("not_ok", [])})
         L += [f"Answers other than ok, by reason: {'; '.join(reasons)}." if reasons else "", ""]
     if soak:
