@@ -53,7 +53,8 @@ THINGS = ["plant", "lamp", "robot", "box", "cup", "chair", "door", "table", "cab
 
 
 def _bin(name: str) -> str:
-    exe = REPO_ROOT / ".venv" / "bin" / name
+    """A console script of the environment this runs in (beside its interpreter)."""
+    exe = Path(sys.executable).parent / name
     return str(exe) if exe.exists() else name
 
 
