@@ -77,3 +77,18 @@ def test_config_names_resolve_in_the_package_config_directory(tmp_path):
     assert resolve_config(str(own)) == own
     assert resolve_config("missing.yaml") is None
     assert main(["--config", "missing.yaml"]) == 2  # refused before anything starts
+
+
+def test_default_file_repeats_the_declared_defaults():
+    """config/memory.yaml documents the defaults; the declarations in ros/params.py (built
+    from MemoryConfig for the engine's keys) are where they are defined. The file may not
+    drift from them."""
+    from memory_node.ros import params
+
+    table = {**params.engine_param_table(), **params.POSE_PARAMS, **params.RECORDER_PARAMS,
+             **params.SERVER_PARAMS}
+    data = yaml.safe_load((ROOT / "config" / "memory.yaml").read_text())
+    drift = {(section, key): (value, table[key][0])
+             for section, body in data.items()
+             for key, value in body["ros__parameters"].items() if value != table[key][0]}
+    assert drift == {}
