@@ -139,6 +139,8 @@ def _one_line(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 def format_result(result: Mapping[str, Any], now: float) -> str:
     """One search result (DESIGN.md's JSON shape) as one line."""
     head = [f"#{result.get('id')}", str(result.get("stream"))]
+    if result.get("robot"):  # a fleet's answer: which robot it was
+        head.append(f"robot={result['robot']}")
     t = result.get("t")
     if isinstance(t, (int, float)):
         head.append(format_when(float(t), now))

@@ -79,6 +79,17 @@ class MemoryClient(ABC):
     def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
         return read_answer(self.streams(), StreamsAnswer)
 
+    def serves_fleet(self) -> bool:
+        """Whether this memory is a fleet store (its streams answer lists robots), so the
+        query skills take `robot`. Asked once, when the answer comes."""
+        known = getattr(self, "_serves_fleet", None)
+        if known is None:
+            answer = self.ask_streams()
+            if isinstance(answer, ErrorAnswer):
+                return False
+            known = self._serves_fleet = "robots" in (answer.model_extra or {})
+        return known
+
     def now(self) -> float:
         """The memory's clock (seconds): what "seconds ago" and "N min ago" count from.
 

@@ -90,6 +90,15 @@ QueryMemoryArgs = pick(
 RememberArgs = pick("RememberArgs", SaveNote, ("note",),
                     {"note": (str, Field(description=SaveNote.model_fields["note"].description))})
 VisitsArgs = pick("VisitsArgs", SearchQuery, PLACE_TIME_FIELDS)
+# On a fleet store the query skills also take `robot` (an id, a list, or "all").
+FleetQueryAgentMemoryArgs = pick("QueryAgentMemoryArgs", SearchQuery,
+                                 (*FILTER_FIELDS, "robot"), _DEFAULTS)
+FleetQueryMemoryArgs = pick(
+    "QueryMemoryArgs", SearchQuery, ("stream", *FILTER_FIELDS, "robot"), {
+        **_DEFAULTS,
+        "stream": (str, Field(description="The stream to search, e.g. 'camera' (see the "
+                              "list in this description).")),
+    })
 
 
 class NamePlaceArgs(Request):
@@ -204,6 +213,10 @@ def _stream_summary(streams: Sequence[Any], now: float,
                 parts.append(f"from {format_when(first, now)} to {format_when(last, now)}")
         if numeric and numeric.get(s.name):
             parts.append("order_by tags: " + ", ".join(numeric[s.name]))
+        robots = (getattr(s, "model_extra", None) or {}).get("robots")
+        if robots:  # a fleet: the rows of each robot
+            parts.append("by robot: " + ", ".join(f"{r['robot']} {r['count']}"
+                                                  for r in robots))
         lines.append(", ".join(parts))
     return lines
 
@@ -237,12 +250,26 @@ class _MemorySkills:
             lines = ["Memory is empty: nothing recorded yet."]
         if empty:
             lines.append(f"No observations yet in: {', '.join(empty)}.")
+        robots = self.fleet_robots()
+        if robots:
+            lines.append("Robots in the fleet (query with robot='<id>'): " + "; ".join(
+                f"{r['robot']} (map {r.get('map')}, synced {format_when(r['last_sync'], now)})"
+                if isinstance(r.get("last_sync"), (int, float)) else str(r["robot"])
+                for r in robots))
         places = getattr(self.client.ask_streams(), "places", None) or []
         if places:
             lines.append("Named places (use near='<name>'): " + "; ".join(
                 f"{p.name} at x={p.x:.2f} y={p.y:.2f} (radius {p.radius:g} m)"
                 for p in places))
         return "\n".join(lines)
+
+    def fleet_robots(self) -> list[dict[str, Any]]:
+        """The robots of a fleet store ([] for one robot's own memory)."""
+        answer = self.client.ask_streams()
+        if isinstance(answer, ErrorAnswer):
+            return []
+        robots = (answer.model_extra or {}).get("robots")
+        return list(robots) if isinstance(robots, list) else []
 
     def numeric_tags(self, stream: str) -> list[str]:
         """The numeric tags of a stream's newest rows: what order_by can sort by there."""
@@ -408,6 +435,7 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
     right). `live_descriptions=False` skips those calls, for dispatching calls.
     """
     m = _MemorySkills(client, clock or client.now)
+    fleet = client.serves_fleet()
     streams_text, events_text = m.live_streams() if live_descriptions else (
         "Call list_memory_streams() to see the streams.", "")
     return [
@@ -421,7 +449,7 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
             "Search the robot's memory of what it perceived (camera descriptions, lidar, "
             "odometry) and its notes, in one stream, by meaning, place, time and tags. "
             + _QUERY_HOW + "\n" + streams_text,
-            QueryMemoryArgs, m.query_memory),
+            FleetQueryMemoryArgs if fleet else QueryMemoryArgs, m.query_memory),
         Skill(
             "remember",
             "Write an episodic note to long-term memory, stamped with the robot's current "
@@ -437,7 +465,7 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
             "Search the agent's own episodic notes (stream 'events', written with remember): "
             "who was met, what was asked, decided or done, and where. " + _QUERY_HOW
             + (" " + events_text if events_text else ""),
-            QueryAgentMemoryArgs, m.query_agent_memory),
+            FleetQueryAgentMemoryArgs if fleet else QueryAgentMemoryArgs, m.query_agent_memory),
         Skill(
             "compact_memory",
             "Consolidate memory: thin old camera keyframes, fold near-duplicate observations "

@@ -328,3 +328,30 @@ def test_memory_server_backend_fleet_serves_the_same_services(fleet, ros_process
     finally:
         caller.close()
         rclpy.shutdown(context=ctx)
+
+
+def test_skills_on_a_fleet_take_robot_and_say_which_robot(fleet):
+    """On a fleet store the query skills (and so the MCP tools) take `robot`; answers name
+    the robot; list_memory_streams counts rows per robot and lists the robots."""
+    from memory_node.agent.client import EngineClient
+    from memory_node.agent.skills import get_skills
+
+    client = EngineClient(fleet["engine"]("r1"))
+    skills = {s.name: s for s in get_skills(client, clock=fleet["clock"])}
+    assert "robot" in skills["query_memory"].parameters["properties"]
+    assert "robot" in skills["query_agent_memory"].parameters["properties"]
+    answer = skills["query_memory"].call(stream="camera", semantic_query="red door",
+                                         robot="r2", k=3)
+    lines = answer.splitlines()
+    assert lines and all(" robot=r2 " in line for line in lines), answer
+    listing = skills["list_memory_streams"].call()
+    assert "by robot: r1 " in listing and "Robots in the fleet" in listing, listing
+    # one robot's own memory has no robot parameter
+    from engine_support import make_engine
+
+    local = make_engine(fleet["base"] / "local-only")
+    try:
+        own = {s.name: s for s in get_skills(EngineClient(local))}
+        assert "robot" not in own["query_memory"].parameters["properties"]
+    finally:
+        local.close()
