@@ -105,6 +105,7 @@ class TopicWatch:
     last: float = field(default_factory=time.monotonic)  # start counts as "heard"
     status: str = "recording"
     heard: bool = False
+    others: tuple[str, ...] = ()  # topics of its type named in the last warning
 
 
 class MemoryRecorder(Node):
@@ -289,14 +290,16 @@ class MemoryRecorder(Node):
                 status = "no_publisher"
             else:
                 status = "silent"
-            if status == watch.status:
-                continue
+            others = () if status == "recording" else tuple(sorted(
+                name for name, types in self.get_topic_names_and_types()
+                if watch.type_name in types and name != watch.topic))
+            if status == watch.status and others == watch.others:
+                continue  # said already (a new topic of its type is said again: a late driver)
             changed = True
+            watch.others = others
             if status == "recording":
                 self.get_logger().info(f"{stream}: receiving {watch.topic} again")
             else:
-                others = sorted(name for name, types in self.get_topic_names_and_types()
-                                if watch.type_name in types and name != watch.topic)
                 kind = watch.type_name.rsplit("/", 1)[-1]
                 self.get_logger().warning(
                     f"no messages on {watch.topic} for {self.topic_timeout_s:g} s "
