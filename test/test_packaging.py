@@ -35,7 +35,7 @@ def _pins(path: Path) -> dict[str, str]:
     pins = {}
     for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
-        if not line:
+        if not line or line.startswith("-r "):  # included files are checked on their own
             continue
         match = PIN.match(line)
         assert match, f"{path.name}: not pinned with ==: {raw!r}"
@@ -45,9 +45,18 @@ def _pins(path: Path) -> dict[str, str]:
 
 def test_every_requirement_is_pinned_and_agrees_with_constraints():
     constraints = _pins(REQUIREMENTS / "constraints.txt")
-    for name in ("build.txt", "runtime.txt", "dev.txt", "nodeps.txt"):
+    for name in ("build.txt", "runtime.txt", "dev.txt", "nodeps.txt", "robot.txt"):
         for package, version in _pins(REQUIREMENTS / name).items():
             assert constraints.get(package) == version, f"{name}: {package}=={version}"
+
+
+def test_robot_requirements_include_build_and_runtime():
+    """The robot workspace's one install covers what colcon builds with and what runs."""
+    lines = (REQUIREMENTS / "robot.txt").read_text().splitlines()
+    assert {"-r build.txt", "-r runtime.txt"} <= {line.strip() for line in lines}
+    assert "colcon-common-extensions" in _pins(REQUIREMENTS / "robot.txt")
+    script = (ROOT / "tools" / "install-robot-deps.sh").read_text()
+    assert "-r \"$reqs/robot.txt\"" in script and "--no-deps" in script
 
 
 def test_isolated_build_requirements_match_build_txt():
