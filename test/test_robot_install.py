@@ -4,9 +4,9 @@
    the --no-deps tokenizer package);
 2. the checkout copied to `<ws>/src/memory_node`, then `colcon build --packages-select
    memory_node` in `<ws>`;
-3. with the venv active and `install/setup.bash` sourced, the installed `memory-node`
-   (install/memory_node/lib/memory_node/, where `ros2 run` looks) answers `memory-cli save` and
-   `memory-cli streams`.
+3. with the venv active and `install/setup.bash` sourced, the installed
+   `memory-node --config go2.yaml` (install/memory_node/lib/memory_node/, where `ros2 run`
+   looks) answers `memory-cli save` and `memory-cli streams`.
 
 Nothing of the development venv may leak in: the ROS wheels' bootstrapper marks a process as
 bootstrapped (_ROS_WHEELS_BOOTSTRAP_COMPLETE) and sets LD_LIBRARY_PATH to .venv's libraries, and
@@ -127,7 +127,7 @@ def test_robot_workspace_install_build_and_service_call(tmp_path, ros_process):
         [
             "bash",
             "-c",
-            f"{sourced} && exec {shlex.quote(str(bin_dir / 'memory-node'))} "
+            f"{sourced} && exec {shlex.quote(str(bin_dir / 'memory-node'))} --config go2.yaml "
             f"--memory-dir {shlex.quote(str(tmp_path / 'memory'))}",
         ],
         env=env,
@@ -135,6 +135,8 @@ def test_robot_workspace_install_build_and_service_call(tmp_path, ros_process):
     )
     try:
         node.wait_for_line(r"active: /memory/search", timeout=120)
+        # go2.yaml found through the ament index in the workspace's share/memory_node/config.
+        node.wait_for_line(r"recording .*/point_cloud2", timeout=30)
         cli = shlex.quote(str(bin_dir / "memory-cli"))
         saved = _bash(
             f"{sourced} && {cli} save 'installed on the robot' --timeout 30", env, run_dir, 120
