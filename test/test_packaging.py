@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10 (Humble's)
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "requirements"
-PIN = re.compile(r"^([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
+PIN = re.compile(r"^([A-Za-z0-9._-]+)(?:\[[A-Za-z0-9,_-]+\])?==([A-Za-z0-9.+!-]+)$")
 
 COMMANDS = {
     "memory-node": "memory_node.ros.main:main",
@@ -39,7 +39,7 @@ def _pins(path: Path) -> dict[str, str]:
             continue
         match = PIN.match(line)
         assert match, f"{path.name}: not pinned with ==: {raw!r}"
-        pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+        pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
     return pins
 
 
@@ -57,6 +57,23 @@ def test_robot_requirements_include_build_and_runtime():
     assert "colcon-common-extensions" in _pins(REQUIREMENTS / "robot.txt")
     script = (ROOT / "tools" / "install-robot-deps.sh").read_text()
     assert "-r \"$reqs/robot.txt\"" in script and "--no-deps" in script
+
+
+def test_jazzy_requirements_are_pinned_and_share_the_non_ros_pins():
+    """.venv-jazzy differs from .venv in the ROS packages only."""
+    jazzy_constraints = _pins(REQUIREMENTS / "jazzy-constraints.txt")
+    jazzy = _pins(REQUIREMENTS / "jazzy.txt")
+    for package, version in jazzy.items():
+        assert jazzy_constraints.get(package) == version, f"jazzy.txt: {package}=={version}"
+    assert "ros-jazzy-rclpy" in jazzy
+    assert not [p for p in jazzy if p.startswith("ros-") and not p.startswith("ros-jazzy-")]
+    runtime = _pins(REQUIREMENTS / "runtime.txt")
+    build = _pins(REQUIREMENTS / "build.txt")
+    expected = {p: v for p, v in {**build, **runtime}.items() if not p.startswith("ros-")}
+    assert {p: v for p, v in jazzy.items() if not p.startswith("ros-")} == expected
+    constraints = _pins(REQUIREMENTS / "constraints.txt")
+    shared = {p for p in jazzy_constraints if not p.startswith("ros-")}
+    assert {p: jazzy_constraints[p] for p in shared} == {p: constraints.get(p) for p in shared}
 
 
 def test_isolated_build_requirements_match_build_txt():
