@@ -12,8 +12,8 @@ Nothing of the development venv may leak in: the ROS wheels' bootstrapper marks 
 bootstrapped (_ROS_WHEELS_BOOTSTRAP_COMPLETE) and sets LD_LIBRARY_PATH to .venv's libraries, and
 children inherit both, so the commands here run with those removed.
 
-Slow (a venv install and a colcon build: about 1-2 min with pip's cache): marked `robot_install`;
-`pytest -m "not robot_install"` leaves it out while iterating.
+Slow (a venv install and a colcon build: about 1.5-2 min with pip's cache): marked
+`robot_install`; `pytest -m "not robot_install"` leaves it out while iterating.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from ros_helpers import stop
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.robot_install
+SCRIPT = ROOT / "tools" / "install-robot-deps.sh"
 
 # Variables of the development environment that must not reach the robot workspace's commands.
 _LEAKY = (
@@ -44,6 +44,7 @@ _LEAKY = (
     "CMAKE_PREFIX_PATH",
     "COLCON_PREFIX_PATH",
     "COLCON_CURRENT_PREFIX",
+    "ROS_DISTRO",  # a sourced ROS install: the script refuses to mix it with the wheels
 )
 
 
@@ -95,6 +96,18 @@ def _bash(script: str, env: dict[str, str], cwd: Path, timeout: float) -> str:
     return result.stdout
 
 
+def test_install_script_refuses_a_sourced_ros_install(tmp_path):
+    env = _clean_env(tmp_path)
+    env["ROS_DISTRO"] = "humble"
+    env["PYTHON"] = str(tmp_path / "no-such-python")  # must stop before using it
+    result = subprocess.run(
+        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1
+    assert "ROS 2 humble is sourced" in result.stderr and "MEMORY_NODE_ALLOW" in result.stderr
+
+
+@pytest.mark.robot_install
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is needed to build the types")
 def test_robot_workspace_install_build_and_service_call(tmp_path, ros_process):
     env = _clean_env(tmp_path)

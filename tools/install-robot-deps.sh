@@ -15,6 +15,16 @@ set -euo pipefail
 reqs="$(cd "$(dirname "${BASH_SOURCE[0]}")/../requirements" && pwd)"
 python="${PYTHON:-python3}"
 
+# A sourced ROS install (/opt/ros/<distro>/setup.bash sets ROS_DISTRO; the wheels do not) and
+# the Kilted wheels with numpy 2 in one environment shadow each other's rclpy and libraries.
+if [ -n "${ROS_DISTRO:-}" ] && [ -z "${MEMORY_NODE_ALLOW_SOURCED_ROS:-}" ]; then
+  echo "install-robot-deps: ROS 2 ${ROS_DISTRO} is sourced in this shell. This script installs" \
+    "ROS 2 Kilted from PyPI wheels (and numpy 2) into the active venv, which must not be mixed" \
+    "with a sourced ROS install: run it, colcon build and the nodes from a shell that has not" \
+    "sourced /opt/ros (MEMORY_NODE_ALLOW_SOURCED_ROS=1 skips this check)." >&2
+  exit 1
+fi
+
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "install-robot-deps: $("$python" -V 2>&1) is too old: the pinned wheels need Python 3.11+" >&2
   exit 1
