@@ -40,10 +40,11 @@ JAZZY_IMPORT_CHECK := cd /tmp && $(JAZZY_PY) -c 'import importlib.metadata as m,
 	assert m.version("ros-jazzy-rclpy") == m.version("ros-rclpy"), "rclpy is not Jazzy'"'"'s"; \
 	assert "$(abspath $(JAZZY_TREE))" in memory_node.__file__, memory_node.__file__'
 JAZZY_SETUP_INPUTS := $(sort requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/dev.txt \
-	requirements/nodeps.txt setup.py setup.cfg pyproject.toml package.xml $(wildcard srv/*.srv) \
+	requirements/nodeps.txt $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml package.xml $(wildcard srv/*.srv) \
 	$(shell find interfaces -type f 2>/dev/null))
 # Every test that talks ROS or runs the nodes.
-JAZZY_TESTS ?= test/ros test/e2e test/test_interfaces.py test/agent/test_ros_client.py
+JAZZY_TESTS ?= test/ros test/e2e test/test_interfaces.py test/test_help.py \
+	test/agent/test_ros_client.py
 
 .PHONY: setup _setup test demo lint bench clean setup-jazzy _setup_jazzy test-jazzy test-install
 
@@ -97,6 +98,7 @@ _setup_jazzy:
 	  -r requirements/dev.txt; \
 	$(JAZZY_PY) -m pip install -q --no-deps -c $(JAZZY_CONSTRAINTS) -r requirements/nodeps.txt; \
 	(cd $(JAZZY_TREE) && $(JAZZY_PY) -m pip install -q --no-deps --no-build-isolation -e .); \
+	$(JAZZY_PY) -m pip install -q --no-deps test/wheels/*.whl; \
 	($(JAZZY_IMPORT_CHECK)); \
 	echo "$$hash" > $(JAZZY_STAMP); \
 	echo "setup-jazzy: $(JAZZY_VENV) ready (ROS 2 Jazzy, sources in $(JAZZY_TREE))"
