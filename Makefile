@@ -104,8 +104,10 @@ _setup_jazzy:
 	echo "setup-jazzy: $(JAZZY_VENV) ready (ROS 2 Jazzy, sources in $(JAZZY_TREE))"
 
 # Runs in the copy (its conftest, its generated types); the copy is synced by setup-jazzy.
+# The venv's bin/ on PATH as if activated: tests that start commands by name find Jazzy's.
 test-jazzy: setup-jazzy
-	cd $(JAZZY_TREE) && $(JAZZY_PY) -m pytest $(PYTEST_ARGS) $(JAZZY_TESTS)
+	cd $(JAZZY_TREE) && PATH="$(abspath $(JAZZY_VENV))/bin:$$PATH" \
+	  $(JAZZY_PY) -m pytest $(PYTEST_ARGS) $(JAZZY_TESTS)
 
 demo: setup
 	$(VENV)/bin/memory-demo
