@@ -8,6 +8,10 @@
 #   make check   ruff (pyproject.toml [tool.ruff]) and mypy over memory_node/ ([tool.mypy])
 #   make bench   the benchmark suite
 #   make clean   remove build output and generated types (keeps .venv)
+#   make setup-jazzy  create/update .venv-jazzy: ROS 2 Jazzy wheels, the package installed
+#                editable from a copy of the checkout in build/jazzy/src (types for Jazzy)
+#   make test-jazzy   setup-jazzy, then the ROS and end-to-end tests on Jazzy
+#   make test-install the robot-workspace install test alone (it also runs in make test)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -25,7 +29,25 @@ SETUP_INPUTS := $(sort $(wildcard requirements/*.txt) $(wildcard test/wheels/*.w
 	package.xml $(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
 PYTEST_ARGS ?=
 
-.PHONY: setup _setup test demo lint bench clean
+# ROS 2 Jazzy: a venv of its own and a copy of the checkout of its own, since an editable
+# install writes the generated types (built against one distro) into its source tree.
+JAZZY_VENV := .venv-jazzy
+JAZZY_PY := $(abspath $(JAZZY_VENV)/bin/python)
+JAZZY_TREE := build/jazzy/src
+JAZZY_CONSTRAINTS := requirements/jazzy-constraints.txt
+JAZZY_STAMP := $(JAZZY_VENV)/.memory_node-setup
+JAZZY_IMPORT_CHECK := cd /tmp && $(JAZZY_PY) -c 'import importlib.metadata as m, memory_node; \
+	from memory_node.srv import Search, Save, Compact, Streams; from tf2_msgs.msg import TFMessage; \
+	assert m.version("ros-jazzy-rclpy") == m.version("ros-rclpy"), "rclpy is not Jazzy'"'"'s"; \
+	assert "$(abspath $(JAZZY_TREE))" in memory_node.__file__, memory_node.__file__'
+JAZZY_SETUP_INPUTS := $(sort requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/dev.txt \
+	requirements/nodeps.txt $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml package.xml $(wildcard srv/*.srv) \
+	$(shell find interfaces -type f 2>/dev/null))
+# Every test that talks ROS or runs the nodes.
+JAZZY_TESTS ?= test/ros test/e2e test/test_interfaces.py test/test_help.py \
+	test/agent/test_ros_client.py
+
+.PHONY: setup _setup test demo lint bench clean setup-jazzy _setup_jazzy test-jazzy test-install
 
 setup:
 	@mkdir -p build
@@ -54,6 +76,39 @@ _setup:
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-install: setup
+	$(PY) -m pytest -m robot_install $(PYTEST_ARGS) test/test_robot_install.py
+
+setup-jazzy:
+	@mkdir -p build
+	@flock build/.setup-jazzy.lock $(MAKE) --no-print-directory _setup_jazzy
+
+_setup_jazzy:
+	@$(PYTHON) tools/sync_tree.py $(JAZZY_TREE)
+	@hash=$$(sha256sum $(JAZZY_SETUP_INPUTS) | sha256sum | cut -c1-32); \
+	if [ "$$(cat $(JAZZY_STAMP) 2>/dev/null)" = "$$hash" ] && ($(JAZZY_IMPORT_CHECK)) 2>/dev/null; \
+	then echo "setup-jazzy: $(JAZZY_VENV) is up to date"; exit 0; fi; \
+	command -v cmake >/dev/null && command -v c++ >/dev/null || { \
+	  echo "setup-jazzy: cmake and a C++ compiler are needed (Debian: apt-get install cmake g++ make)" >&2; \
+	  exit 1; }; \
+	[ -x $(JAZZY_PY) ] || $(PYTHON) -m venv $(JAZZY_VENV); \
+	rm -f $(JAZZY_STAMP); \
+	$(JAZZY_PY) -m pip install -q -c $(JAZZY_CONSTRAINTS) pip setuptools wheel; \
+	$(JAZZY_PY) -m pip install -q -c $(JAZZY_CONSTRAINTS) -r requirements/jazzy.txt \
+	  -r requirements/dev.txt; \
+	$(JAZZY_PY) -m pip install -q --no-deps -c $(JAZZY_CONSTRAINTS) -r requirements/nodeps.txt; \
+	(cd $(JAZZY_TREE) && $(JAZZY_PY) -m pip install -q --no-deps --no-build-isolation -e .); \
+	$(JAZZY_PY) -m pip install -q --no-deps test/wheels/*.whl; \
+	($(JAZZY_IMPORT_CHECK)); \
+	echo "$$hash" > $(JAZZY_STAMP); \
+	echo "setup-jazzy: $(JAZZY_VENV) ready (ROS 2 Jazzy, sources in $(JAZZY_TREE))"
+
+# Runs in the copy (its conftest, its generated types); the copy is synced by setup-jazzy.
+# The venv's bin/ on PATH as if activated: tests that start commands by name find Jazzy's.
+test-jazzy: setup-jazzy
+	cd $(JAZZY_TREE) && PATH="$(abspath $(JAZZY_VENV))/bin:$$PATH" \
+	  $(JAZZY_PY) -m pytest $(PYTEST_ARGS) $(JAZZY_TESTS)
 
 demo: setup
 	$(VENV)/bin/memory-demo

@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10 (Humble's)
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "requirements"
-PIN = re.compile(r"^([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
+PIN = re.compile(r"^([A-Za-z0-9._-]+)(?:\[[A-Za-z0-9,_-]+\])?==([A-Za-z0-9.+!-]+)$")
 
 COMMANDS = {
     "memory-node": "memory_node.ros.main:main",
@@ -36,19 +36,45 @@ def _pins(path: Path) -> dict[str, str]:
     pins = {}
     for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
-        if not line:
+        if not line or line.startswith("-r "):  # included files are checked on their own
             continue
         match = PIN.match(line)
         assert match, f"{path.name}: not pinned with ==: {raw!r}"
-        pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+        pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
     return pins
 
 
 def test_every_requirement_is_pinned_and_agrees_with_constraints():
     constraints = _pins(REQUIREMENTS / "constraints.txt")
-    for name in ("build.txt", "runtime.txt", "dev.txt", "nodeps.txt"):
+    for name in ("build.txt", "runtime.txt", "dev.txt", "nodeps.txt", "robot.txt"):
         for package, version in _pins(REQUIREMENTS / name).items():
             assert constraints.get(package) == version, f"{name}: {package}=={version}"
+
+
+def test_robot_requirements_include_build_and_runtime():
+    """The robot workspace's one install covers what colcon builds with and what runs."""
+    lines = (REQUIREMENTS / "robot.txt").read_text().splitlines()
+    assert {"-r build.txt", "-r runtime.txt"} <= {line.strip() for line in lines}
+    assert "colcon-common-extensions" in _pins(REQUIREMENTS / "robot.txt")
+    script = (ROOT / "tools" / "install-robot-deps.sh").read_text()
+    assert "-r \"$reqs/robot.txt\"" in script and "--no-deps" in script
+
+
+def test_jazzy_requirements_are_pinned_and_share_the_non_ros_pins():
+    """.venv-jazzy differs from .venv in the ROS packages only."""
+    jazzy_constraints = _pins(REQUIREMENTS / "jazzy-constraints.txt")
+    jazzy = _pins(REQUIREMENTS / "jazzy.txt")
+    for package, version in jazzy.items():
+        assert jazzy_constraints.get(package) == version, f"jazzy.txt: {package}=={version}"
+    assert "ros-jazzy-rclpy" in jazzy
+    assert not [p for p in jazzy if p.startswith("ros-") and not p.startswith("ros-jazzy-")]
+    runtime = _pins(REQUIREMENTS / "runtime.txt")
+    build = _pins(REQUIREMENTS / "build.txt")
+    expected = {p: v for p, v in {**build, **runtime}.items() if not p.startswith("ros-")}
+    assert {p: v for p, v in jazzy.items() if not p.startswith("ros-")} == expected
+    constraints = _pins(REQUIREMENTS / "constraints.txt")
+    shared = {p for p in jazzy_constraints if not p.startswith("ros-")}
+    assert {p: jazzy_constraints[p] for p in shared} == {p: constraints.get(p) for p in shared}
 
 
 def test_isolated_build_requirements_match_build_txt():
