@@ -20,22 +20,9 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 
-from memory_node.ros.cli import ServiceCaller
 from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
 from memory_node.ros.image_codec import bgr_to_image_msg
 from memory_node.ros.pointcloud import make_cloud
-
-
-@pytest.fixture(scope="module")
-def ros():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    caller = ServiceCaller("test_nodes_client", context=ctx)
-    node = rclpy.create_node("test_nodes_publisher", context=ctx)
-    yield ctx, caller, node
-    caller.close()
-    node.destroy_node()
-    rclpy.shutdown(context=ctx)
 
 
 def call(caller, verb, payload=None, timeout=20.0):

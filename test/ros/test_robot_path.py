@@ -18,20 +18,7 @@ from rclpy.qos import QoSProfile
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import PointCloud2
 
-from memory_node.ros.cli import ServiceCaller
 from memory_node.srv import Save
-
-
-@pytest.fixture(scope="module")
-def ros():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    caller = ServiceCaller("test_robot_path_client", context=ctx)
-    node = rclpy.create_node("test_robot_path_publisher", context=ctx)
-    yield ctx, caller, node
-    caller.close()
-    node.destroy_node()
-    rclpy.shutdown(context=ctx)
 
 
 def call(caller, verb, payload=None, timeout=30.0):
