@@ -60,8 +60,8 @@ _setup:
 	command -v cmake >/dev/null && command -v c++ >/dev/null || { \
 	  echo "setup: cmake and a C++ compiler are needed (Debian: apt-get install cmake g++ make)" >&2; \
 	  exit 1; }; \
-	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { \
-	  echo "setup: $(PYTHON) is older than 3.10" >&2; exit 1; }; \
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "setup: $(PYTHON) is older than 3.11 (the pinned numpy needs 3.11)" >&2; exit 1; }; \
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV); \
 	rm -f $(STAMP); \
 	$(PIP) install -q -c $(CONSTRAINTS) pip setuptools wheel; \
