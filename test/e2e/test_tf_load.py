@@ -205,16 +205,17 @@ def replay_notes(sample, tmp_path_factory):
 
 
 def test_notes_saved_mid_replay_at_2x_get_the_pose_of_their_time(sample, replay_notes):
-    """Each note has the ground-truth pose of its time, or says that its pose is stale (a
-    listener that fell behind on a loaded host), never an old pose silently; and most are
-    exact and fresh."""
+    """Each note has the ground-truth pose of the moment its pose is from — its time less the
+    pose's age_s, the newest transform (while moving, 0.1 s of age is 0.1 m at 1 m/s) — or
+    says that its pose is stale (a listener that fell behind on a loaded host), never an old
+    pose silently; and most are exact and fresh."""
     _, _, truth_at = _truth(sample)
     exact = 0
     for kind, ans in replay_notes:
         assert ans["ok"], ans
         pose = ans["pose"]
         assert pose["source"] == "tf" and pose["frame"] == "map" and "age_s" in pose, ans
-        x, y, _ = truth_at(ans["t"])
+        x, y, _ = truth_at(ans["t"] - pose["age_s"])
         err = math.hypot(pose["x"] - x, pose["y"] - y)
         ok = err < (POSE_TOL_M if kind == "still" else MOVING_TOL_M)
         assert ok or pose.get("stale") is True, (kind, err, ans)
