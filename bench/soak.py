@@ -329,6 +329,16 @@ def run_soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"memory-node stopped in {stop_s:.1f} s", file=sys.stderr)
 
 
+def _rss_per_row(soak: dict[str, Any]) -> str:
+    """RSS growth after warm-up per row stored meanwhile: memory that tracks what is kept
+    (vectors in the index) rather than a leak shows as a few kB per row."""
+    warm = [s for s in soak.get("series", []) if s["t"] >= soak["warmup_s"]]
+    if len(warm) < 2 or warm[-1]["stored"] <= warm[0]["stored"]:
+        return "n/a"
+    rows = warm[-1]["stored"] - warm[0]["stored"]
+    return f"{(warm[-1]['rss_mb'] - warm[0]['rss_mb']) * 1024 / rows:.1f} kB ({rows} rows)"
+
+
 def render(load: dict[str, Any] | None, soak: dict[str, Any] | None) -> str:
     """The report's load and soak section (BENCHMARKS.md, between soak markers)."""
     L = ["## Load and soak (memory-node while it records)", ""]
@@ -360,7 +370,8 @@ def render(load: dict[str, Any] | None, soak: dict[str, Any] | None) -> str:
               f"{soak['fds']['max']} (slope {soak['fds']['slope_per_h']}/h); store "
               f"{soak['store_mb']} MB for {soak['rows']:,} rows ({soak['store_kb_per_row']} "
               f"kB/row); recorder drops {soak['recorder_dropped']}; error lines "
-              f"{sum('[WARN]' not in ln for ln in soak['node_problems'])}.", ""]
+              f"{sum('[WARN]' not in ln for ln in soak['node_problems'])}. RSS per row kept "
+              f"over the run: {_rss_per_row(soak)}.", ""]
     return "\n".join(L)
 
 
