@@ -203,6 +203,10 @@ class PoseTracker:
         if self.buffer.on_time(now):
             self._fresh.clear()
             self.latest_tf_stamp = None
+            # A new timeline starts now: its first messages wait for its TF again, rather than
+            # taking "TF has flowed for tf_wait_s without a map" from the last timeline and
+            # falling back to odometry's own frame at once.
+            self.first_tf_wall = self.last_tf_wall
             self.node.get_logger().warning("time jumped back: TF buffer cleared")
         self.tf_messages += 1
         for e in self._read(data, False):
