@@ -162,20 +162,7 @@ class MemoryEngine:
         self.store = SqliteObservationStore(cfg.db_path)
         self.notes = NotesLog(cfg.notes_dir)
         self.places = Places(self.notes)
-        if self._text_embedder is None:
-            from memory_node.core.embedders import get_text_embedder
-
-            self._text_embedder = get_text_embedder(cfg.text_embedder,
-                                                    onnx_threads=cfg.onnx_threads)
-        # Load the text model now: a broken model must fail configure, not the first query.
-        self._text_embedder.embed_texts(["warm-up"])
-        if cfg.image_embedder == "clip" and self._image_embedder is None:
-            from memory_node.core.embedders import get_image_embedder
-
-            self._image_embedder = get_image_embedder(
-                "clip", image_model_path=cfg.clip_image_model,
-                text_model_path=cfg.clip_text_model, tokenizer_path=cfg.clip_tokenizer,
-                onnx_threads=cfg.onnx_threads)
+        self._load_embedders()
         self.indexes = IndexManager(cfg, self.store)
         self.indexes.load_or_rebuild()
         picked = self._ingest_note_files()
@@ -184,6 +171,24 @@ class MemoryEngine:
             "memory opened at %s: %d observations, %d vectors, %d notes picked up from "
             "Markdown, %d rows indexed late, in %.2f s", cfg.root, self.store.count(),
             self.indexes.total(), picked, indexed, time.perf_counter() - t0)
+
+    def _load_embedders(self) -> None:
+        """The configured embedders, loaded now: a broken model must fail configure, not the
+        first query (the local and the fleet engine alike)."""
+        cfg = self.config
+        if self._text_embedder is None:
+            from memory_node.core.embedders import get_text_embedder
+
+            self._text_embedder = get_text_embedder(cfg.text_embedder,
+                                                    onnx_threads=cfg.onnx_threads)
+        self._text_embedder.embed_texts(["warm-up"])
+        if cfg.image_embedder == "clip" and self._image_embedder is None:
+            from memory_node.core.embedders import get_image_embedder
+
+            self._image_embedder = get_image_embedder(
+                "clip", image_model_path=cfg.clip_image_model,
+                text_model_path=cfg.clip_text_model, tokenizer_path=cfg.clip_tokenizer,
+                onnx_threads=cfg.onnx_threads)
 
     def close(self) -> bool:
         """Write the index cache and close the store. Returns True when the cache was written;

@@ -56,7 +56,6 @@ class FleetEngine(MemoryEngine):
 
     # ---- lifecycle ----------------------------------------------------------------------
     def open(self) -> None:
-        cfg = self.config
         t0 = time.perf_counter()
         store = self._fleet_store or FleetStore(self.fleet_url, application_name="memory-server")
         try:
@@ -64,19 +63,7 @@ class FleetEngine(MemoryEngine):
         except FleetUnavailable:
             store.close()
             raise
-        if self._text_embedder is None:
-            from memory_node.core.embedders import get_text_embedder
-
-            self._text_embedder = get_text_embedder(cfg.text_embedder,
-                                                    onnx_threads=cfg.onnx_threads)
-        self._text_embedder.embed_texts(["warm-up"])
-        if cfg.image_embedder == "clip" and self._image_embedder is None:
-            from memory_node.core.embedders import get_image_embedder
-
-            self._image_embedder = get_image_embedder(
-                "clip", image_model_path=cfg.clip_image_model,
-                text_model_path=cfg.clip_text_model, tokenizer_path=cfg.clip_tokenizer,
-                onnx_threads=cfg.onnx_threads)
+        self._load_embedders()
         self.store = store  # type: ignore[assignment]  # the fleet store serves the reads
         log.info("fleet memory opened at %s for robot %r in %.2f s", store.label,
                  self.robot_id, time.perf_counter() - t0)
