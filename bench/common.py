@@ -159,3 +159,20 @@ def write_marked_section(md: Path, name: str, body: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     md.write_text(text)
+
+
+def interrupt(popen: Any, timeout: float) -> float:
+    """Stop a node the way a user does: SIGINT, then (after `timeout`) SIGKILL to its process
+    group. Returns the seconds it took."""
+    import signal
+    import subprocess
+
+    t0 = time.monotonic()
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGINT)
+        try:
+            popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait(5)
+    return time.monotonic() - t0

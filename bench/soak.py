@@ -21,7 +21,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from typing import Any
 from bench.common import (
     DEFAULT_RESULTS,
     REPO_ROOT,
+    interrupt,
     percentiles,
     read_json,
     write_json,
@@ -86,16 +86,9 @@ class Proc:
         raise RuntimeError(f"{pattern!r} never appeared; output:\n{self.log.read_text()[-3000:]}")
 
     def stop(self, timeout: float = 15.0) -> float:
-        start = time.monotonic()
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGINT)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
+        took = interrupt(self.popen, timeout)
         self.out.close()
-        return time.monotonic() - start
+        return took
 
     def problems(self) -> list[str]:
         return [ln for ln in self.log.read_text(errors="replace").splitlines()

@@ -30,7 +30,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -41,7 +40,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import BENCH_DIR, DEFAULT_RESULTS, REPO_ROOT, machine_info, write_json
+from bench.common import (
+    BENCH_DIR,
+    DEFAULT_RESULTS,
+    REPO_ROOT,
+    interrupt,
+    machine_info,
+    write_json,
+)
 
 Log = Callable[[str], None]
 
@@ -350,16 +356,9 @@ class NodeUnderTest:
 
     def stop(self, timeout: float = 20.0) -> tuple[int, float]:
         """SIGINT; (exit code, seconds it took). Killed after `timeout` (code -9)."""
-        t0 = time.monotonic()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        took = interrupt(self.proc, timeout)
         self._log.close()
-        return self.proc.returncode, time.monotonic() - t0
+        return self.proc.returncode, took
 
 
 def final_counters(text: str) -> dict[str, Any] | None:
