@@ -74,6 +74,7 @@ SERVER_PARAMS: dict[str, tuple[Any, str]] = {
     "max_pending_requests": (64, "requests waiting for the engine; more are refused"),
     "service_queue_depth": (1000, "requests the middleware keeps for each service"),
     "clock_wait_s": (2.0, "with use_sim_time: how long a request waits for a first /clock"),
+    "answer_resend_s": (10.0, "how long an answer is re-sent to a client not discovered yet"),
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {

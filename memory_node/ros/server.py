@@ -36,6 +36,7 @@ from memory_node.ros.common import (
     node_now,
     pose_tracker_from_params,
 )
+from memory_node.ros.delivery import resend_until_delivered
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
 from memory_node.srv import Compact, Save, Search, Streams
 
@@ -113,6 +114,10 @@ class MemoryServer(LifecycleNode):
                 (Compact, "compact", self._on_compact, self._compaction)):
             self._memory_services.append(self.create_service(srv_type, SERVICES[name], handler,
                                                       qos_profile=qos, callback_group=group))
+        # The lifecycle services too: a manager's first change_state meets the same race.
+        for srv in self.services:
+            resend_until_delivered(srv, self.get_logger(),
+                                   float(self.settings["answer_resend_s"]))
 
     def executor_threads(self) -> int:
         """Threads for the executor: one per request allowed to wait, plus spare ones that

@@ -14,11 +14,11 @@ import pytest
 import rclpy
 from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
-from rclpy.qos import QoSProfile
+from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import PointCloud2
 
-from memory_node.srv import Save
+from memory_node.srv import Save, Streams
 
 
 def call(caller, verb, payload=None, timeout=30.0):
@@ -198,6 +198,39 @@ def test_a_full_request_queue_refuses_rather_than_drops(ros, ros_process, tmp_pa
     assert all(a["error"]["code"] == "unavailable" and "max_pending_requests"
                in a["error"]["message"] for a in refused), refused[:3]
     assert len(refused) < 40  # the one allowed at a time is served
+
+
+def test_an_answer_the_middleware_cannot_deliver_is_resent_then_reported(ros, ros_process,
+                                                                          tmp_path):
+    """Fast DDS drops an answer to a client whose response reader the server has not matched
+    (a new client's first request can outrun discovery on a loaded machine). A client whose
+    reader can never match (it asks for transient-local answers) makes that state last: the
+    server keeps re-sending for answer_resend_s, says so in one line, and serves others."""
+    ctx, caller, _ = ros
+    config = params_file(tmp_path, server="    answer_resend_s: 1.0\n")
+    proc = ros_process(node_cmd(tmp_path, config, "--no-recorder"))
+    proc.wait_for_line(r"active: /memory/search", timeout=120)
+    node = rclpy.create_node("unmatched_reader_client", context=ctx)
+    try:
+        qos = QoSProfile(depth=10, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        # (wait_for_service would wait forever: it also wants the answers' reader matched)
+        client = node.create_client(Streams, "/memory/streams", qos_profile=qos)
+        executor = SingleThreadedExecutor(context=ctx)
+        executor.add_node(node)
+        line, next_call = None, 0.0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and line is None:
+            if time.monotonic() >= next_call:  # until discovery lets a request through
+                client.call_async(Streams.Request())
+                next_call = time.monotonic() + 3.0
+            executor.spin_once(timeout_sec=0.1)
+            line = next((ln for ln in proc.output.splitlines() if "not delivered" in ln), None)
+        assert line is not None, proc.output
+        assert "/memory/streams" in line and "1 s" in line
+        assert "RuntimeWarning" not in proc.output
+        assert call(caller, "streams")["ok"] is True  # others are served meanwhile and after
+    finally:
+        node.destroy_node()
 
 
 # -- simulated time ------------------------------------------------------------------------
