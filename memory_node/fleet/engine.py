@@ -8,8 +8,8 @@ robot's own memory (memory-sync brings the result here) and are refused as bad r
 Planning: every filter is a SQL condition, so filtered answers are exact top-k of the rows
 that pass (`ORDER BY emb <#> q` over them). An unfiltered semantic search (at most a stream
 restriction) uses the model's HNSW index when one exists, with pgvector's iterative scan.
-A spatial filter applies within one map: the request's `map`, else the map of the one robot
-the request names, else the asking robot's own map.
+A spatial filter applies within one map: the request's `map`, else the map the robots the
+request names share, else the asking robot's own map. A named place brings its own map.
 """
 
 from __future__ import annotations
@@ -121,8 +121,10 @@ class FleetEngine(MemoryEngine):
             return None
         if map_id:
             return map_id
-        if robots and len(robots) == 1 and not req.near_here:
-            return self.store.robot_map(robots[0]) or default_map_id(robots[0])
+        if robots and not req.near_here:
+            maps = {self.store.robot_map(r) or default_map_id(r) for r in robots}
+            if len(maps) == 1:  # the named robots share one map
+                return maps.pop()
         return self.own_map
 
     def models(self) -> dict[str, int]:

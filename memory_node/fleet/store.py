@@ -126,6 +126,7 @@ class FleetStore:
         self._conn: Any = None
         self._lock = threading.RLock()
         self._hnsw: dict[str, int] | None = None
+        self._hnsw_at = 0.0
 
     def scrub(self, message: str) -> str:
         """A message with this store's password (if it shows up) removed."""
@@ -269,14 +270,22 @@ class FleetStore:
             sql.Identifier(hnsw_index_name(model_id)))))
         self._hnsw = None
 
+    def models(self) -> dict[str, int]:
+        """Embedding models with vectors in the fleet: model_id -> dimension."""
+        return dict(self.run(lambda c: c.execute(
+            "SELECT model_id, dim FROM memory_models").fetchall()))
+
     def hnsw_models(self) -> dict[str, int]:
-        """Models with an HNSW index: model_id -> dimension (cached)."""
-        if self._hnsw is None:
-            rows = self.run(lambda c: c.execute(
-                "SELECT m.model_id, m.dim FROM memory_models m").fetchall())
+        """Models with an HNSW index: model_id -> dimension (looked up again after 30 s, so
+        a running server starts using an index built meanwhile)."""
+        import time
+
+        if self._hnsw is None or time.monotonic() - self._hnsw_at > 30.0:
+            rows = self.models()
             names = set(r[0] for r in self.run(lambda c: c.execute(
                 "SELECT indexname FROM pg_indexes WHERE tablename=%s", (TABLE,)).fetchall()))
-            self._hnsw = {m: d for m, d in rows if hnsw_index_name(m) in names}
+            self._hnsw = {m: d for m, d in rows.items() if hnsw_index_name(m) in names}
+            self._hnsw_at = time.monotonic()
         return self._hnsw
 
     # ---- sync writes ----------------------------------------------------------------------

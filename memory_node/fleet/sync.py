@@ -35,7 +35,13 @@ from memory_node.core.notes import NotesLog
 from memory_node.core.places import Places
 from memory_node.core.types import View
 from memory_node.fleet.credentials import CredentialError, resolve_fleet_url
-from memory_node.fleet.store import SCHEMA_VERSION, FleetStore, FleetUnavailable
+from memory_node.fleet.store import (
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    SCHEMA_VERSION,
+    FleetStore,
+    FleetUnavailable,
+)
 
 log = logging.getLogger("memory_node.fleet.sync")
 
@@ -397,11 +403,53 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=1000, help="rows per transaction")
     p.add_argument("--init-schema", action="store_true",
                    help="create the fleet schema (as a role that may) and exit")
+    p.add_argument("--create-vector-index", action="store_true",
+                   help="build pgvector's HNSW index for each embedding model in the fleet "
+                        "(as a role that may; unfiltered semantic search then uses it), and "
+                        "exit")
+    p.add_argument("--hnsw-m", type=int, default=HNSW_M,
+                   help=f"with --create-vector-index: graph degree m (default {HNSW_M})")
+    p.add_argument("--hnsw-ef-construction", type=int, default=HNSW_EF_CONSTRUCTION,
+                   help="with --create-vector-index: ef_construction (default "
+                        f"{HNSW_EF_CONSTRUCTION})")
+    p.add_argument("--maintenance-work-mem", default="1GB",
+                   help="with --create-vector-index: memory for the build (default 1GB; a "
+                        "graph that fits builds several times faster)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="with --create-vector-index: drop an existing index first (to change "
+                        "m or ef_construction)")
     p.add_argument("--no-create", action="store_true",
                    help="never try to create the schema (a least-privilege robot role)")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     return p
+
+
+def _create_vector_indexes(store: FleetStore, args: argparse.Namespace) -> int:
+    """`--create-vector-index`: one HNSW index per embedding model the fleet holds."""
+    try:
+        models = store.models()
+        if not models:
+            print("memory-sync: no vectors in the fleet yet: sync a robot first",
+                  file=sys.stderr)
+            return 1
+        for model_id, dim in sorted(models.items()):
+            t0 = time.perf_counter()
+            if not store.create_vector_index(
+                    model_id, dim, m=args.hnsw_m, ef_construction=args.hnsw_ef_construction,
+                    maintenance_work_mem=args.maintenance_work_mem, replace=args.rebuild):
+                print("memory-sync: this role may not create indexes: run it as the "
+                      "database owner", file=sys.stderr)
+                return 1
+            print(f"memory-sync: HNSW index for {model_id} ({dim}-d, m {args.hnsw_m}, "
+                  f"ef_construction {args.hnsw_ef_construction}) ready in "
+                  f"{time.perf_counter() - t0:.1f} s")
+    except Exception as exc:  # noqa: BLE001 - one line, no URL
+        print(f"memory-sync: {store.scrub(str(exc))}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -429,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"memory-sync: schema ready on {store.label}")
         return 0
+    if args.create_vector_index:
+        return _create_vector_indexes(store, args)
     from memory_node.core.config import MemoryConfig
 
     values = {"memory_dir": args.memory_dir} if args.memory_dir else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from urllib.parse import urlsplit, urlunsplit
@@ -311,7 +312,13 @@ def test_hnsw_for_unfiltered_semantic_search_matches_exact(fleet):
     eng = fleet["engine"]("r1")
     query = json.dumps({"semantic_query": "a sleeping cat", "k": 5})
     exact = json.loads(eng.search(query))
-    assert eng.store.create_vector_index(eng.text_model_id, 384)
+    done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync",
+                           "--create-vector-index"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "MEMORY_FLEET_URL": fleet["url"]})
+    assert done.returncode == 0, done.stderr
+    assert f"HNSW index for {eng.text_model_id} (384-d, m 16" in done.stdout
+    eng.store.drop_connection()
+    eng.store._hnsw = None  # noqa: SLF001 - a running server sees a new index after reconnect
     assert eng.text_model_id in eng.store.hnsw_models()
     approx = json.loads(eng.search(query))
     assert [r["id"] for r in approx["results"]] == [r["id"] for r in exact["results"]]
@@ -461,6 +468,12 @@ def test_skills_on_a_fleet_take_robot_and_say_which_robot(fleet):
     assert lines and all(" robot=r2 " in line for line in lines), answer
     listing = skills["list_memory_streams"].call()
     assert "by robot: r1 " in listing and "Robots in the fleet" in listing, listing
+    assert "robot" in skills["visits"].parameters["properties"]
+    visits = skills["visits"].call(near_x=30.0, near_y=2.0, radius=0.45, robot=["r3", "r4"])
+    assert "visits to x=30.00 y=2.00" in visits and "\n- r3 from " in visits, visits
+    seen = skills["query_memory"].call(stream="camera", near_x=6.0, near_y=0.5, radius=0.5,
+                                       seen_near=True, k=20)
+    assert "r1 camera looking east" in seen, seen
     # one robot's own memory has no robot parameter
     from engine_support import make_engine
 
