@@ -373,10 +373,14 @@ ROBOT_ROLE_SQL = """
 CREATE ROLE memory_robot NOLOGIN;
 GRANT SELECT ON memory_fleet_meta TO memory_robot;
 GRANT SELECT, INSERT, UPDATE ON memory_observations, memory_sync_state, memory_robots,
-    memory_models TO memory_robot;
+    memory_models, memory_places TO memory_robot;
 ALTER TABLE memory_observations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_sync_state ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_places ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_read ON memory_observations FOR SELECT USING (true);
+CREATE POLICY places_read ON memory_places FOR SELECT USING (true);
+CREATE POLICY robot_own_places ON memory_places FOR ALL TO memory_robot
+    USING (robot_id = current_user) WITH CHECK (robot_id = current_user);
 CREATE POLICY robot_inserts_own ON memory_observations FOR INSERT TO memory_robot
     WITH CHECK (robot_id = current_user);
 CREATE POLICY robot_updates_own ON memory_observations FOR UPDATE TO memory_robot
@@ -401,7 +405,10 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
         robot_url = urlunsplit((p.scheme, "go2-07@" + p.netloc.split("@")[-1], p.path,
                                 p.query, ""))
         mem = tmp_path / "go2"
-        make_engine(mem).save("the loading bay door is stuck")
+        robot = make_engine(mem)
+        robot.save("the loading bay door is stuck")
+        robot.save(json.dumps({"place": "loading bay", "x": 3.0, "y": -1.0}))
+        robot.close()
         done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
                                str(mem), "--robot-id", "go2-07", "--once", "--no-create",
                                "--fleet-url", robot_url], capture_output=True, text=True,
@@ -418,6 +425,8 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT robot_id, count(*) FROM memory_observations"
                                 " GROUP BY robot_id").fetchall() == [("go2-07", 1)]
+            assert conn.execute("SELECT robot_id, name FROM memory_places").fetchall() == [
+                ("go2-07", "loading bay")]
     finally:
         drop_database(pg, url)
         with psycopg.connect(pg.url, autocommit=True) as conn:
