@@ -24,7 +24,7 @@ from engine_support import FakeClock, PoseBox, make_engine
 from memory_node.core.notes import NotesLog
 from memory_node.core.places import Places
 from memory_node.core.types import Observation, Pose, View
-from memory_node.fleet.store import FleetStore
+from memory_node.fleet.store import FleetStore, FleetUnavailable
 from memory_node.fleet.sync import PAUSE_ENV, FleetSync
 
 MODEL = "test-model-8"
@@ -302,3 +302,38 @@ def test_once_gives_up_with_exit_1_when_the_fleet_stays_away(tmp_path):
                           env=sync_env(url), capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "not everything was acknowledged" in done.stderr
+
+
+def test_a_version_1_fleet_is_upgraded_and_every_row_gains_its_view(tmp_path, fleet_url):
+    mem = tmp_path / "r6"
+    eng = make_engine(mem)
+    _bulk(eng, 120)
+    eng.close()
+    store = FleetStore(fleet_url)
+    first = FleetSync(mem, store, "r6")
+    first.push_once()
+    first.close()
+    # As version 1 left things: no views in the fleet, and the robot's record of what the
+    # fleet acknowledged says nothing of a schema version.
+    with psycopg.connect(fleet_url, autocommit=True) as conn:
+        conn.execute("UPDATE memory_observations SET view_x = NULL, view_y = NULL,"
+                     " view_yaw = NULL, view_hfov = NULL, view_range = NULL, view_box = NULL")
+        conn.execute("UPDATE memory_fleet_meta SET value = '1' WHERE key = 'schema_version'")
+    con = sqlite3.connect(str(mem / "memory.db"))
+    ident = json.loads(con.execute("SELECT value FROM meta WHERE key='fleet_identity'")
+                       .fetchone()[0])
+    del ident["schema"]
+    con.execute("UPDATE meta SET value=? WHERE key='fleet_identity'", (json.dumps(ident),))
+    con.commit()
+    con.close()
+    store.drop_connection()
+    robot = FleetSync(mem, store, "r6", init_schema=False)  # a robot role may not upgrade
+    with pytest.raises(FleetUnavailable, match="--init-schema"):
+        robot.push_once()
+    robot.close()
+    store.init_schema()  # the owner upgrades
+    again = FleetSync(mem, store, "r6", init_schema=False)
+    assert again.push_once() == 120  # every row once more, now with its view
+    assert_same(mem / "memory.db", fleet_url, "r6")
+    again.close()
+    store.close()
