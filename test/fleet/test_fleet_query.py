@@ -316,7 +316,7 @@ def test_hnsw_for_unfiltered_semantic_search_matches_exact(fleet):
                            "--create-vector-index"], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "MEMORY_FLEET_URL": fleet["url"]})
     assert done.returncode == 0, done.stderr
-    assert f"HNSW index for {eng.text_model_id} (384-d, m 16" in done.stdout
+    assert f"HNSW index for {eng.text_model_id} (384-d, m 32, ef_construction 200)" in done.stdout
     eng.store.drop_connection()
     eng.store._hnsw = None  # noqa: SLF001 - a running server sees a new index after reconnect
     assert eng.text_model_id in eng.store.hnsw_models()
