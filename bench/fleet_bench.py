@@ -499,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = res.get("command") or (f"python -m bench.fleet_bench --scale {args.scale}"
                                  f" --queries {res['queries']}")
     if not args.no_report:
-        write_marked_section(REPO_ROOT / "BENCHMARKS.md", name.replace("_", "-"),
-                             render(res, cmd))
+        # (bench/report.py keeps blocks whose names are word characters)
+        write_marked_section(REPO_ROOT / "BENCHMARKS.md", name, render(res, cmd))
     print(render(res, cmd))
     return 0
 

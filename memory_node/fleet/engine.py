@@ -10,6 +10,8 @@ that pass (`ORDER BY emb <#> q` over them). An unfiltered semantic search (at mo
 restriction) uses the model's HNSW index when one exists, with pgvector's iterative scan.
 A spatial filter applies within one map: the request's `map`, else the map the robots the
 request names share, else the asking robot's own map. A named place brings its own map.
+`near`, `seen_near` and `visits` mean what they mean on a robot, over what memory-sync brings
+(places, camera views, every row's pose); visits come from each robot's own pose track.
 """
 
 from __future__ import annotations
