@@ -391,7 +391,7 @@ def render(res: dict[str, Any], command: str) -> str:
          "passing the filters. Ratio = fleet / local."
          + (" The local engine here ranks by exact scan (`--local-exact`: no graph index "
             "built for it), so its semantic row is exact too." if res.get("local_exact")
-            else ""), "",
+            else "") + (f" {res['note']}" if res.get("note") else ""), "",
          "| query | local p50 ms | local p99 ms | fleet p50 ms | fleet p99 ms | p50 ratio | "
          "p99 ratio | local exact | fleet exact | fleet recall@5 |",
          "|---|---|---|---|---|---|---|---|---|---|"]
@@ -473,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--local-exact", action="store_true",
                    help="skip the cached store and its graph indexes: the local engine ranks "
                         "by exact scan (what a 1M run on a small machine can afford)")
+    p.add_argument("--note", default=None,
+                   help="a line about the run's conditions, saved with the results and shown")
     p.add_argument("--no-report", action="store_true")
     p.add_argument("--report-only", action="store_true",
                    help="write BENCHMARKS.md from the saved results of this scale, run nothing")
@@ -495,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
         res["command"] = "python -m bench.fleet_bench " + shlex.join(
             a for a in (argv if argv is not None else sys.argv[1:]) if a != "--no-report")
         DEFAULT_RESULTS.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1))
+    if args.note is not None:
+        res["note"] = args.note
         out.write_text(json.dumps(res, indent=1))
     cmd = res.get("command") or (f"python -m bench.fleet_bench --scale {args.scale}"
                                  f" --queries {res['queries']}")
