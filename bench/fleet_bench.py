@@ -380,7 +380,8 @@ def render(res: dict[str, Any], command: str) -> str:
         return f"{a / b:.1f}x" if b else "–"
 
     n = res["rows"]
-    L = [f"## Fleet store (PostgreSQL + pgvector) vs local engine, {n // 1000:,}k rows", "",
+    size = f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n // 1000:,}k"
+    L = [f"## Fleet store (PostgreSQL + pgvector) vs local engine, {size} rows", "",
          f"Command: `{command}` ({res.get('when', '')}). {n:,} rows ({res['vectors']} 384-d "
          f"vectors), split round-robin over {res['robots']} robots' stores and pushed with "
          "memory-sync's `FleetSync`; all robots share one map id, so the fleet and the one local "
