@@ -94,11 +94,14 @@ VisitsArgs = pick("VisitsArgs", SearchQuery, PLACE_TIME_FIELDS)
 FleetQueryAgentMemoryArgs = pick("QueryAgentMemoryArgs", SearchQuery,
                                  (*FILTER_FIELDS, "robot"), _DEFAULTS)
 FleetQueryMemoryArgs = pick(
-    "QueryMemoryArgs", SearchQuery, ("stream", *FILTER_FIELDS, "robot"), {
+    "QueryMemoryArgs", SearchQuery, ("stream", *FILTER_FIELDS, "seen_near", "robot"), {
         **_DEFAULTS,
         "stream": (str, Field(description="The stream to search, e.g. 'camera' (see the "
                               "list in this description).")),
     })
+
+
+FleetVisitsArgs = pick("VisitsArgs", SearchQuery, (*PLACE_TIME_FIELDS, "robot"))
 
 
 class NamePlaceArgs(Request):
@@ -342,7 +345,9 @@ class _MemorySkills:
                      f"{answer.total_s:.1f} s in all; first there {format_when(answer.first, now)}"
                      f", last there {format_when(answer.last, now)}."]
             for v in answer.visits:
-                lines.append(f"- from {format_clock(v.start, now)} to "
+                robot = (v.model_extra or {}).get("robot")  # a fleet: whose visit
+                who = f"{robot} " if robot else ""
+                lines.append(f"- {who}from {format_clock(v.start, now)} to "
                              f"{format_clock(v.end, now)}: {v.duration_s:.1f} s "
                              f"({format_when(v.start, now).split('(')[-1].rstrip(')')})")
         for note in answer.notes or ():
@@ -481,7 +486,7 @@ def get_skills(client: MemoryClient, *, clock: Clock | None = None,
             "'when did I last go to the dock'. The place: near (a named place), near_x/near_y "
             "with radius, or near_here; the time: after/before or *_seconds_ago. Says where "
             "the pose history has gaps.",
-            VisitsArgs, m.visits),
+            FleetVisitsArgs if fleet else VisitsArgs, m.visits),
         Skill(
             "name_place",
             "Name the robot's current position (or x, y) as a place, e.g. 'kitchen', with a "

@@ -53,7 +53,7 @@ from memory_node.core.query import (
 )
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose, RowFilter
-from memory_node.core.visits import find_visits, gap_notes
+from memory_node.core.visits import VisitSpan, find_visits, gap_notes
 
 log = logging.getLogger("memory_node.engine")
 
@@ -419,11 +419,24 @@ class MemoryEngine:
         assert plan.near is not None
         if plan.empty_window:
             return VisitsAnswer(notes=["the time window is empty (its start is after its end)"])
+        lo, hi = self.visit_track_window(plan)
+        spans, notes = self.visit_spans(plan, self.store.pose_track(lo, hi))
+        return self.visits_answer([(v, {}) for v in spans], notes)
+
+    def visit_track_window(self, plan: SearchPlan) -> tuple[float | None, float | None]:
+        """The stretch of pose history visits need: one sample either side of the window
+        links a visit that crosses its edges."""
         gap = self.config.visit_gap_s
-        # One sample either side of the window links a visit that crosses its edges.
         lo = None if plan.t_min is None else plan.t_min - gap
         hi = None if plan.t_max is None else plan.t_max + gap
-        track = self.store.pose_track(lo, hi)
+        return lo, hi
+
+    def visit_spans(self, plan: SearchPlan, track: np.ndarray
+                    ) -> tuple[list[VisitSpan], list[str]]:
+        """One robot's visits in a pose track (see visit_track_window), and notes on where
+        its history is missing."""
+        assert plan.near is not None
+        gap = self.config.visit_gap_s
         t_max = plan.t_max
         if t_max is None and plan.t_min is not None:
             t_max = max(self.clock(), float(track[-1, 0]) if len(track) else plan.t_min)
@@ -437,8 +450,13 @@ class MemoryEngine:
                          "observation with a pose is stored for it, so visits are not known")
         else:
             notes += gap_notes(gaps, gap)
+        return spans, notes
+
+    def visits_answer(self, spans: Sequence[tuple[VisitSpan, dict[str, Any]]],
+                      notes: list[str]) -> VisitsAnswer:
+        """The answer from visits in time order, each with extra fields (a fleet's robot)."""
         visits = [Visit(start=round(v.start, 3), end=round(v.end, 3),
-                        duration_s=round(v.duration, 3)) for v in spans]
+                        duration_s=round(v.duration, 3), **extra) for v, extra in spans]
         shown = visits
         if len(visits) > self.config.k_max:
             shown = visits[-self.config.k_max:]
@@ -446,9 +464,9 @@ class MemoryEngine:
                          "count, total_s, first and last count them all")
         return VisitsAnswer(
             visits=shown, count=len(visits),
-            total_s=round(sum(v.duration for v in spans), 3),
-            first=visits[0].start if visits else None,
-            last=visits[-1].end if visits else None, notes=notes or None)
+            total_s=round(sum(v.duration for v, _ in spans), 3),
+            first=min(v.start for v in visits) if visits else None,
+            last=max(v.end for v in visits) if visits else None, notes=notes or None)
 
     # ---- save -----------------------------------------------------------------------------
     def remember(self, note: SaveNote) -> SaveAnswer:

@@ -91,6 +91,28 @@ def place_entry(name: str, t: float, pose: Pose | None, *, x: float | None = Non
     return NoteEntry(key=new_key(), stream=PLACES_STREAM, t=t, pose=pose, text=text, tags=tags)
 
 
+@dataclass(frozen=True)
+class PlaceState:
+    """The newest entry of one name: the place, or None when that entry removed it."""
+
+    name: str
+    place: Place | None
+    t: float
+
+
+def fold_places(entries: list[NoteEntry]) -> dict[str, PlaceState]:
+    """Each name's newest state from the `places` entries: what the registry shows, plus the
+    removals (a fleet store needs those to forget a name too)."""
+    out: dict[str, PlaceState] = {}
+    for e in sorted((e for e in entries if e.stream == PLACES_STREAM), key=lambda e: e.t):
+        got = _place_from(e)
+        if got is None:
+            continue
+        key, place = got
+        out[key] = PlaceState(clean_name(str(e.tags["place"])), place, e.t)
+    return out
+
+
 class Places:
     """The named places of one memory directory, read from its notes."""
 
@@ -114,19 +136,18 @@ class Places:
         with self._lock:
             sig = self._files_signature()
             if sig != self._signature:
-                places: dict[str, Place] = {}
-                entries = [e for e in self.notes.read_all() if e.stream == PLACES_STREAM]
-                for e in sorted(entries, key=lambda e: e.t):
-                    got = _place_from(e)
-                    if got is None:
-                        continue
-                    key, place = got
-                    if place is None:
-                        places.pop(key, None)
-                    else:
-                        places[key] = place
+                places = {key: st.place for key, st in self.states().items()
+                          if st.place is not None}
                 self._places, self._signature = places, sig
             return dict(self._places)
+
+    def states(self) -> dict[str, PlaceState]:
+        """Every name's newest state, removals included, read from the notes now."""
+        return fold_places(self.notes.read_all())
+
+    def signature(self) -> tuple:
+        """Changes when a notes file does (size or mtime)."""
+        return self._files_signature()
 
     def all(self) -> list[Place]:
         return sorted(self.reload().values(), key=lambda p: p.name.casefold())

@@ -8,8 +8,10 @@ robot's own memory (memory-sync brings the result here) and are refused as bad r
 Planning: every filter is a SQL condition, so filtered answers are exact top-k of the rows
 that pass (`ORDER BY emb <#> q` over them). An unfiltered semantic search (at most a stream
 restriction) uses the model's HNSW index when one exists, with pgvector's iterative scan.
-A spatial filter applies within one map: the request's `map`, else the map of the one robot
-the request names, else the asking robot's own map.
+A spatial filter applies within one map: the request's `map`, else the map the robots the
+request names share, else the asking robot's own map. A named place brings its own map.
+`near`, `seen_near` and `visits` mean what they mean on a robot, over what memory-sync brings
+(places, camera views, every row's pose); visits come from each robot's own pose track.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import time
 from typing import Any
 
 from memory_node.core.config import MemoryConfig
+from memory_node.core.contract import VisitsAnswer, unknown_name
 from memory_node.core.engine import MemoryEngine
 from memory_node.core.errors import BadRequest, Unavailable
+from memory_node.core.places import place_key
 from memory_node.core.query import SEARCH_FIELDS, SearchRequest, loads_strict
+from memory_node.core.visits import VisitSpan
 from memory_node.fleet.credentials import resolve_fleet_url
-from memory_node.fleet.store import FleetHit, FleetStore, FleetUnavailable
+from memory_node.fleet.store import FleetHit, FleetPlace, FleetStore, FleetUnavailable
 from memory_node.fleet.sync import default_map_id, default_robot_id
 
 log = logging.getLogger("memory_node.fleet.engine")
@@ -33,13 +38,8 @@ FLEET_FIELDS = ("robot", "map")
 
 
 class FleetEngine(MemoryEngine):
-    # Features of a robot's own memory that the fleet store does not hold: named places and
-    # the pose history live in each robot's notes and store, views are not pushed.
-    UNSUPPORTED_SEARCH = {
-        "near": "named places live in each robot's own memory; give near_x and near_y",
-        "seen_near": "camera views are not synced to the fleet store",
-        "visits": "visits come from a robot's own pose history; ask the robot's memory",
-    }
+    # Every search field is served: robot and map are taken off the request before planning.
+    UNSUPPORTED_SEARCH: dict[str, str] = {}
 
     def __init__(self, config: MemoryConfig | None = None, *, fleet_url: str,
                  robot_id: str | None = None, map_id: str | None = None,
@@ -123,8 +123,10 @@ class FleetEngine(MemoryEngine):
             return None
         if map_id:
             return map_id
-        if robots and len(robots) == 1 and not req.near_here:
-            return self.store.robot_map(robots[0]) or default_map_id(robots[0])
+        if robots and not req.near_here:
+            maps = {self.store.robot_map(r) or default_map_id(r) for r in robots}
+            if len(maps) == 1:  # the named robots share one map
+                return maps.pop()
         return self.own_map
 
     def models(self) -> dict[str, int]:
@@ -139,7 +141,17 @@ class FleetEngine(MemoryEngine):
     def search_dict(self, query: str) -> dict[str, Any]:
         try:
             query, robots, map_id, archived = self.split_fleet_fields(query)
-            req = self.parse_search(query)
+            q = self.read_search(query)
+            # A named place is looked up in the fleet (whose, on which map), not in notes.
+            req = self.plan(q.model_copy(update={"near": None}) if q.near else q)
+            if q.near:
+                place = self.fleet_place(q.near, robots, map_id)
+                req.near = (place.x, place.y)
+                if not req.radius_given:
+                    req.radius = place.radius
+                map_id = place.map_id
+            if req.visits:
+                return self.fleet_visits(req, robots, map_id).model_dump()
             archived = archived or bool(getattr(req, "include_archived", False))
             hits, notes = self.run_fleet_search(req, robots, map_id, archived)
         except FleetUnavailable as exc:
@@ -151,6 +163,59 @@ class FleetEngine(MemoryEngine):
         if notes:
             out["notes"] = notes
         return out
+
+    def fleet_place(self, name: str, robots: list[str] | None, map_id: str | None
+                    ) -> FleetPlace:
+        """The place a request's `near` names. Places belong to a robot and a map: the
+        asking robot's own place of that name first (when the request names no robot or
+        map), else the newest naming among the named robots (all by default) on the named
+        map; a name given on several maps needs `map` or `robot` to say which."""
+        store: FleetStore = self.store  # type: ignore[assignment]
+        key = place_key(name)
+        if not robots and map_id is None:
+            own = store.places([self.robot_id], None, key)
+            if own:
+                return own[0]
+        found = store.places(robots, map_id, key)
+        if not found:
+            known = sorted({p.name for p in store.places(robots, map_id)}, key=str.casefold)
+            where = "" if not robots else f" of robot {', '.join(robots)}"
+            where += "" if map_id is None else f" on map {map_id}"
+            raise BadRequest(unknown_name("place", name, known, where))
+        maps: dict[str | None, list[str]] = {}
+        for p in found:
+            maps.setdefault(p.map_id, []).append(p.robot)
+        if len(maps) > 1:
+            said = "; ".join(f"map {m} (robot {', '.join(sorted(set(r)))})"
+                             for m, r in maps.items())
+            raise BadRequest(f"place '{name}' is named on {len(maps)} maps: {said}. A map's "
+                             "coordinates mean nothing on another: give 'map' or 'robot'")
+        return found[0]
+
+    def fleet_visits(self, req: SearchRequest, robots: list[str] | None,
+                     map_id: str | None) -> VisitsAnswer:
+        """Visits to the circle on one map, from each robot's own pose history there (a
+        robot's track never joins another's); each visit names its robot. By default every
+        robot with a pose on that map in the window."""
+        assert req.near is not None
+        if req.empty_window:
+            return VisitsAnswer(notes=["the time window is empty (its start is after its end)"])
+        store: FleetStore = self.store  # type: ignore[assignment]
+        the_map = self.map_for(req, robots, map_id)
+        assert the_map is not None  # req.near is set
+        lo, hi = self.visit_track_window(req)
+        who = list(robots) if robots else store.pose_robots(the_map, None, lo, hi)
+        spans: list[tuple[VisitSpan, dict[str, Any]]] = []
+        notes: list[str] = []
+        for robot in who:
+            got, said = self.visit_spans(req, store.pose_track(robot, the_map, lo, hi))
+            spans += [(v, {"robot": robot}) for v in got]
+            notes += said if len(who) == 1 else [f"{robot}: {n}" for n in said]
+        if not who:
+            notes.append(f"no robot has pose history on map {the_map} in this time window, "
+                         "so visits are not known")
+        spans.sort(key=lambda p: (p[0].start, p[1]["robot"]))
+        return self.visits_answer(spans, notes)
 
     def run_fleet_search(self, req: SearchRequest, robots: list[str] | None,
                          map_id: str | None, archived: bool = False
@@ -193,8 +258,10 @@ class FleetEngine(MemoryEngine):
 
     def streams_dict(self) -> dict[str, Any]:
         try:
+            places = [p.info() for p in sorted(
+                self.store.places(), key=lambda p: (p.name.casefold(), p.robot))]
             return {"ok": True, "streams": self.store.stream_stats(),
-                    "robots": self.store.robots()}
+                    "places": places, "robots": self.store.robots()}
         except FleetUnavailable as exc:
             raise Unavailable(str(exc)) from None
 

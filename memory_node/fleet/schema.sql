@@ -8,8 +8,9 @@ CREATE TABLE IF NOT EXISTS memory_fleet_meta (
     key   text PRIMARY KEY,
     value text NOT NULL
 );
-INSERT INTO memory_fleet_meta(key, value) VALUES ('schema_version', '1')
-    ON CONFLICT (key) DO NOTHING;
+INSERT INTO memory_fleet_meta(key, value) VALUES ('schema_version', '2')
+    ON CONFLICT (key) DO UPDATE
+    SET value = greatest(memory_fleet_meta.value::int, EXCLUDED.value::int)::text;
 INSERT INTO memory_fleet_meta(key, value) VALUES ('fleet_uuid', md5(random()::text || clock_timestamp()::text))
     ON CONFLICT (key) DO NOTHING;
 
@@ -60,6 +61,10 @@ CREATE TABLE IF NOT EXISTS memory_observations (
     archived_at   double precision,   -- set when the robot's compaction archived the row
     archive_reason text,
     kept_local_id bigint,             -- the row it was folded into (same robot and store)
+    -- what a camera keyframe covered (seen_near): a sector in the row's map, and its box
+    view_x double precision, view_y double precision, view_yaw double precision,
+    view_hfov double precision, view_range double precision,
+    view_box      box,
     synced_at     timestamptz NOT NULL DEFAULT now(),
     UNIQUE (robot_id, store_id, local_id)
 );
@@ -69,3 +74,61 @@ CREATE INDEX IF NOT EXISTS memory_obs_t ON memory_observations (t) WHERE archive
 CREATE INDEX IF NOT EXISTS memory_obs_robot_t ON memory_observations (robot_id, t);
 CREATE INDEX IF NOT EXISTS memory_obs_map_xy ON memory_observations
     USING gist (map_id, point(x, y)) WHERE archived_at IS NULL AND x IS NOT NULL;
+
+-- Version 2: camera views and named places (an existing version-1 store gains them here).
+ALTER TABLE memory_observations
+    ADD COLUMN IF NOT EXISTS view_x double precision,
+    ADD COLUMN IF NOT EXISTS view_y double precision,
+    ADD COLUMN IF NOT EXISTS view_yaw double precision,
+    ADD COLUMN IF NOT EXISTS view_hfov double precision,
+    ADD COLUMN IF NOT EXISTS view_range double precision,
+    ADD COLUMN IF NOT EXISTS view_box box;
+CREATE INDEX IF NOT EXISTS memory_obs_map_view ON memory_observations
+    USING gist (map_id, view_box) WHERE view_box IS NOT NULL;
+
+-- Whether the disc (px, py, r) meets the sector at (x, y) along yaw, hfov wide, rng deep: the
+-- same test as the robot's store (memory_node/core/types.py, view_covers).
+CREATE OR REPLACE FUNCTION memory_view_covers(x float8, y float8, yaw float8, hfov float8,
+        rng float8, px float8, py float8, r float8) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    d float8 := sqrt((px - x) * (px - x) + (py - y) * (py - y));
+    half float8 := hfov / 2;
+    w float8; a float8; dx float8; dy float8; l2 float8; s float8; qx float8; qy float8;
+BEGIN
+    IF d <= r THEN RETURN true; END IF;
+    IF d > rng + r THEN RETURN false; END IF;
+    -- the bearing's angle to the heading, wrapped to (-pi, pi]
+    w := atan2(py - y, px - x) - yaw + pi();
+    w := w - 2 * pi() * trunc(w / (2 * pi()));
+    IF w <= 0 THEN w := w + 2 * pi(); END IF;
+    IF abs(w - pi()) <= half THEN RETURN true; END IF;
+    FOREACH a IN ARRAY ARRAY[yaw - half, yaw + half] LOOP
+        dx := rng * cos(a);
+        dy := rng * sin(a);
+        l2 := dx * dx + dy * dy;
+        s := CASE WHEN l2 = 0 THEN 0
+                  ELSE greatest(0, least(1, ((px - x) * dx + (py - y) * dy) / l2)) END;
+        qx := px - (x + s * dx);
+        qy := py - (y + s * dy);
+        IF sqrt(qx * qx + qy * qy) <= r THEN RETURN true; END IF;
+    END LOOP;
+    RETURN false;
+END $$;
+
+-- Named places of each robot's memory (its notes, stream `places`), per local store: the
+-- newest naming of a name wins, a removal keeps the row with `removed`. `map_id`: the map the
+-- point is in, as for observations.
+CREATE TABLE IF NOT EXISTS memory_places (
+    robot_id  text NOT NULL,
+    store_id  text NOT NULL,
+    name_key  text NOT NULL,            -- the name without case or repeated blanks
+    name      text NOT NULL,
+    map_id    text,
+    x double precision, y double precision, radius double precision,
+    frame     text,
+    t         double precision NOT NULL, -- when it was named (or removed)
+    removed   boolean NOT NULL DEFAULT false,
+    synced_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (robot_id, store_id, name_key)
+);

@@ -25,16 +25,28 @@ from memory_node.fleet.credentials import redact, scrub
 
 log = logging.getLogger("memory_node.fleet")
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: camera views (seen_near) and named places
+
+# HNSW defaults, chosen by the sweep in bench/fleet_bench.py (BENCHMARKS.md, "Fleet store"):
+# at 100k rows m 16 reached recall@5 0.99 against the exact ranking only at ef_search 800;
+# m 32 (twice the build time) reaches it at ef_search 200, with half the work per query.
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 200
+HNSW_EF_SEARCH = 200
 TABLE = "memory_observations"
 
-# Columns a sync batch carries, in COPY order (the temporary table has the same names).
+# Columns a sync batch carries, in COPY order (the temporary table has the same names); the
+# view's bounding box (view_bx0 .. view_by1) becomes the `view_box` column.
 PUSH_COLUMNS = ("robot_id", "store_id", "local_id", "stream", "t", "map_id", "x", "y", "z",
                 "yaw", "frame", "pose_source", "tags", "text", "ref", "model_id", "note_key",
-                "emb", "archived_at", "archive_reason", "kept_local_id")
+                "emb", "archived_at", "archive_reason", "kept_local_id", "view_x", "view_y",
+                "view_yaw", "view_hfov", "view_range", "view_bx0", "view_bx1", "view_by0",
+                "view_by1")
 _PUSH_TYPES = ("text", "text", "int8", "text", "float8", "text", "float8", "float8", "float8",
                "float8", "text", "text", "text", "text", "text", "text", "text", "vector",
-               "float8", "text", "int8")
+               "float8", "text", "int8", "float8", "float8", "float8", "float8", "float8",
+               "float8", "float8", "float8", "float8")
+_BOX_COLUMNS = ("view_bx0", "view_bx1", "view_by0", "view_by1")
 _SELECT = ("o.id, o.robot_id, o.map_id, o.stream, o.t, o.x, o.y, o.z, o.yaw, o.frame,"
            " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at")
 
@@ -62,6 +74,26 @@ class FleetHit:
         return out
 
 
+@dataclass(frozen=True)
+class FleetPlace:
+    """A named place in the fleet store: whose, on which map."""
+
+    robot: str
+    name: str
+    map_id: str | None
+    x: float
+    y: float
+    radius: float
+    frame: str | None
+    t: float
+
+    def info(self) -> dict[str, Any]:
+        """The local `places` entry's shape, plus robot and map."""
+        return {"name": self.name, "x": round(self.x, 4), "y": round(self.y, 4),
+                "radius": round(self.radius, 4), "frame": self.frame, "robot": self.robot,
+                "map": self.map_id}
+
+
 def schema_sql() -> str:
     return resources.files("memory_node.fleet").joinpath("schema.sql").read_text("utf-8")
 
@@ -84,15 +116,18 @@ class FleetStore:
     """One connection (thread-safe behind a lock), opened lazily and reopened after a loss."""
 
     def __init__(self, url: str, *, connect_timeout_s: float = 5.0,
-                 application_name: str = "memory_node", hnsw_ef_search: int = 100):
+                 application_name: str = "memory_node", hnsw_ef_search: int = HNSW_EF_SEARCH):
         self._url = url  # never logged: use self.label
         self.label = redact(url)
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
         self.hnsw_ef_search = hnsw_ef_search
+        # strict_order: with a stream restriction the scan goes on until k rows pass.
+        self.hnsw_iterative_scan = "strict_order"
         self._conn: Any = None
         self._lock = threading.RLock()
         self._hnsw: dict[str, int] | None = None
+        self._hnsw_at = 0.0
 
     def scrub(self, message: str) -> str:
         """A message with this store's password (if it shows up) removed."""
@@ -168,7 +203,11 @@ class FleetStore:
         def check(conn: Any) -> bool:
             row = conn.execute("SELECT to_regclass(%s), to_regclass(%s)",
                                (TABLE, "memory_fleet_meta")).fetchone()
-            return row[0] is not None and row[1] is not None
+            if row[0] is None or row[1] is None:
+                return False
+            v = conn.execute("SELECT value FROM memory_fleet_meta WHERE key='schema_version'"
+                             ).fetchone()
+            return v is not None and int(v[0]) >= int(SCHEMA_VERSION)
         return bool(self.run(check))
 
     def init_schema(self) -> None:
@@ -184,8 +223,9 @@ class FleetStore:
         if self.schema_ready():
             return
         if not create:
-            raise FleetUnavailable(f"the fleet store {self.label} has no memory_node schema: "
-                                   "run `memory-sync --init-schema` as its owner")
+            raise FleetUnavailable(f"the fleet store {self.label} has no memory_node schema of "
+                                   f"version {SCHEMA_VERSION}: run `memory-sync --init-schema`"
+                                   " as its owner")
         self.init_schema()
 
     def meta(self, key: str) -> str | None:
@@ -193,20 +233,29 @@ class FleetStore:
             "SELECT value FROM memory_fleet_meta WHERE key=%s", (key,)).fetchone())
         return None if row is None else row[0]
 
-    def create_vector_index(self, model_id: str, dim: int) -> bool:
+    def create_vector_index(self, model_id: str, dim: int, *, m: int = HNSW_M,
+                            ef_construction: int = HNSW_EF_CONSTRUCTION,
+                            maintenance_work_mem: str = "1GB", replace: bool = False) -> bool:
         """An HNSW index (inner product) over one model's live vectors, for unfiltered semantic
-        search. Returns False when this role may not create it (robots usually may not)."""
+        search. Returns False when this role may not create it (robots usually may not).
+        `replace`: drop an existing one first (other build settings)."""
         import psycopg
         from psycopg import sql
 
+        name = sql.Identifier(hnsw_index_name(model_id))
         stmt = sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON memory_observations USING hnsw "
-            "((emb::vector({dim})) vector_ip_ops) WHERE model_id = {model} AND archived_at IS NULL"
-        ).format(name=sql.Identifier(hnsw_index_name(model_id)), dim=sql.Literal(int(dim)),
-                 model=sql.Literal(model_id))
+            "((emb::vector({dim})) vector_ip_ops) WITH (m = {m}, ef_construction = {efc})"
+            " WHERE model_id = {model} AND archived_at IS NULL"
+        ).format(name=name, dim=sql.Literal(int(dim)), model=sql.Literal(model_id),
+                 m=sql.Literal(int(m)), efc=sql.Literal(int(ef_construction)))
 
         def build(conn: Any) -> None:
-            conn.execute("SET maintenance_work_mem = '512MB'")
+            # A graph that fits in maintenance_work_mem builds several times faster.
+            conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(
+                sql.Literal(maintenance_work_mem)))
+            if replace:
+                conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(name))
             conn.execute(stmt)
         try:
             self.run(build)
@@ -215,14 +264,29 @@ class FleetStore:
         self._hnsw = None
         return True
 
+    def drop_vector_index(self, model_id: str) -> None:
+        from psycopg import sql
+
+        self.run(lambda c: c.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
+            sql.Identifier(hnsw_index_name(model_id)))))
+        self._hnsw = None
+
+    def models(self) -> dict[str, int]:
+        """Embedding models with vectors in the fleet: model_id -> dimension."""
+        return dict(self.run(lambda c: c.execute(
+            "SELECT model_id, dim FROM memory_models").fetchall()))
+
     def hnsw_models(self) -> dict[str, int]:
-        """Models with an HNSW index: model_id -> dimension (cached)."""
-        if self._hnsw is None:
-            rows = self.run(lambda c: c.execute(
-                "SELECT m.model_id, m.dim FROM memory_models m").fetchall())
+        """Models with an HNSW index: model_id -> dimension (looked up again after 30 s, so
+        a running server starts using an index built meanwhile)."""
+        import time
+
+        if self._hnsw is None or time.monotonic() - self._hnsw_at > 30.0:
+            rows = self.models()
             names = set(r[0] for r in self.run(lambda c: c.execute(
                 "SELECT indexname FROM pg_indexes WHERE tablename=%s", (TABLE,)).fetchall()))
-            self._hnsw = {m: d for m, d in rows if hnsw_index_name(m) in names}
+            self._hnsw = {m: d for m, d in rows.items() if hnsw_index_name(m) in names}
+            self._hnsw_at = time.monotonic()
         return self._hnsw
 
     # ---- sync writes ----------------------------------------------------------------------
@@ -242,30 +306,33 @@ class FleetStore:
             with conn.transaction():
                 conn.execute(
                     "CREATE TEMP TABLE IF NOT EXISTS memory_push ("
-                    "robot_id text, store_id text, local_id int8, stream text, t float8,"
-                    " map_id text, x float8, y float8, z float8, yaw float8, frame text,"
-                    " pose_source text, tags text, text text, ref text, model_id text,"
-                    " note_key text, emb vector, archived_at float8, archive_reason text,"
-                    " kept_local_id int8) ON COMMIT DELETE ROWS")
+                    + ", ".join(f"{c} {t}" for c, t in zip(PUSH_COLUMNS, _PUSH_TYPES, strict=True))
+                    + ") ON COMMIT DELETE ROWS")
                 with (conn.cursor() as cur,
                       cur.copy(f"COPY memory_push ({', '.join(PUSH_COLUMNS)})"
                                " FROM STDIN (FORMAT BINARY)") as copy):
                     copy.set_types(list(_PUSH_TYPES))
                     for r in rows:
                         copy.write_row(r)
-                cols = ", ".join(PUSH_COLUMNS)
-                sel = ", ".join("tags::jsonb" if c == "tags" else c for c in PUSH_COLUMNS)
-                upd = [c for c in PUSH_COLUMNS if c not in ("robot_id", "store_id", "local_id")]
+                stored = [c for c in PUSH_COLUMNS if c not in _BOX_COLUMNS] + ["view_box"]
+                box = ("CASE WHEN view_bx0 IS NULL THEN NULL ELSE"
+                       " box(point(view_bx0, view_by0), point(view_bx1, view_by1)) END")
+                sel = ", ".join("tags::jsonb" if c == "tags" else box if c == "view_box" else c
+                                for c in stored)
+                upd = [c for c in stored if c not in ("robot_id", "store_id", "local_id")]
 
                 def new(c: str) -> str:
                     if c in ("emb", "archived_at", "archive_reason", "kept_local_id"):
                         return f"COALESCE(EXCLUDED.{c}, o.{c})"  # never un-archive or un-embed
                     return f"EXCLUDED.{c}"
                 sets = ", ".join(f"{c} = {new(c)}" for c in upd)
-                old_row = ", ".join(f"o.{c}" for c in upd)
-                new_row = ", ".join(new(c) for c in upd)
+                # view_box follows the view's columns (and box '=' compares areas)
+                same = [c for c in upd if c != "view_box"]
+                old_row = ", ".join(f"o.{c}" for c in same)
+                new_row = ", ".join(new(c) for c in same)
                 changed = conn.execute(
-                    f"INSERT INTO memory_observations AS o ({cols}) SELECT {sel} FROM memory_push"
+                    f"INSERT INTO memory_observations AS o ({', '.join(stored)})"
+                    f" SELECT {sel} FROM memory_push"
                     f" ON CONFLICT (robot_id, store_id, local_id) DO UPDATE SET {sets},"
                     f" synced_at = now() WHERE ({old_row}) IS DISTINCT FROM ({new_row})"
                 ).rowcount
@@ -287,6 +354,25 @@ class FleetStore:
 
                     time.sleep(pause_s)
                 return int(changed)
+        return int(self.run(tx))
+
+    def push_places(self, robot_id: str, store_id: str, rows: Sequence[tuple]) -> int:
+        """Upsert a robot's named places: rows of (name_key, name, map_id, x, y, radius, frame,
+        t, removed). Returns places changed (an identical one is not rewritten)."""
+        def tx(conn: Any) -> int:
+            with conn.transaction(), conn.cursor() as cur:
+                cols = "name, map_id, x, y, radius, frame, t, removed"
+                ex = ", ".join("EXCLUDED." + c.strip() for c in cols.split(","))
+                n = 0
+                old = "p." + cols.replace(", ", ", p.")
+                sql = ("INSERT INTO memory_places AS p (robot_id, store_id, name_key, "
+                       f"{cols}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                       f" ON CONFLICT (robot_id, store_id, name_key) DO UPDATE SET ({cols},"
+                       f" synced_at) = ({ex}, now()) WHERE ({old}) IS DISTINCT FROM ({ex})")
+                for r in rows:
+                    cur.execute(sql, (robot_id, store_id, *r))
+                    n += cur.rowcount
+                return n
         return int(self.run(tx))
 
     # ---- reads ----------------------------------------------------------------------------
@@ -339,6 +425,65 @@ class FleetStore:
                 (robot_id,)).fetchone())
         return int(row[0])
 
+    def places(self, robots: Sequence[str] | None = None, map_id: str | None = None,
+               name_key: str | None = None) -> list[FleetPlace]:
+        """Named places (not removed), newest first: of `robots` (all when None), on
+        `map_id`, with one name. A robot with several stores: each name's newest state."""
+        conds: list[str] = ["TRUE"]
+        params: list[Any] = []
+        if robots:
+            conds.append("robot_id = ANY(%s)")
+            params.append(list(robots))
+        if name_key is not None:
+            conds.append("name_key = %s")
+            params.append(name_key)
+        sql = ("SELECT robot_id, name, map_id, x, y, radius, frame, t FROM ("
+               " SELECT DISTINCT ON (robot_id, name_key) * FROM memory_places"
+               f" WHERE {' AND '.join(conds)} ORDER BY robot_id, name_key, t DESC, store_id) p"
+               " WHERE NOT removed" + (" AND map_id = %s" if map_id else "")
+               + " ORDER BY t DESC, robot_id")
+        if map_id:
+            params.append(map_id)
+        rows = self.run(lambda c: c.execute(sql, params).fetchall())
+        return [FleetPlace(*r) for r in rows]
+
+    def pose_robots(self, map_id: str, robots: Sequence[str] | None, t_min: float | None,
+                    t_max: float | None) -> list[str]:
+        """Robots with a pose on `map_id` in the window (kept or archived rows)."""
+        conds: list[str] = ["map_id = %s", "x IS NOT NULL"]
+        params: list[Any] = [map_id]
+        if robots:
+            conds.append("robot_id = ANY(%s)")
+            params.append(list(robots))
+        if t_min is not None:
+            conds.append("t >= %s")
+            params.append(float(t_min))
+        if t_max is not None:
+            conds.append("t <= %s")
+            params.append(float(t_max))
+        rows = self.run(lambda c: c.execute(
+            "SELECT r.robot_id FROM memory_robots r WHERE EXISTS (SELECT 1 FROM"
+            f" memory_observations o WHERE o.robot_id = r.robot_id AND {' AND '.join(conds)})"
+            " ORDER BY r.robot_id", params).fetchall())
+        return [r[0] for r in rows]
+
+    def pose_track(self, robot_id: str, map_id: str, t_min: float | None = None,
+                   t_max: float | None = None) -> np.ndarray:
+        """(t, x, y) of every row of one robot with a pose on `map_id`, kept or archived, in
+        time order: that robot's pose history there (visits), as its own store keeps it."""
+        conds: list[str] = ["robot_id = %s", "map_id = %s", "x IS NOT NULL", "y IS NOT NULL"]
+        params: list[Any] = [robot_id, map_id]
+        if t_min is not None:
+            conds.append("t >= %s")
+            params.append(float(t_min))
+        if t_max is not None:
+            conds.append("t <= %s")
+            params.append(float(t_max))
+        rows = self.run(lambda c: c.execute(
+            f"SELECT t, x, y FROM memory_observations WHERE {' AND '.join(conds)}"
+            " ORDER BY t, store_id, local_id", params).fetchall())
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+
     @staticmethod
     def _hit(r: Sequence[Any], score: float | None = None) -> FleetHit:
         (fid, robot, map_id, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id,
@@ -369,10 +514,19 @@ class FleetStore:
             r = float(req.radius)
             # The GiST index finds the circle (PostgreSQL's geometry allows 1e-6 slack); the
             # squared distance then decides exactly as the local store does.
-            conds.append("o.map_id = %s AND o.x IS NOT NULL"
-                         " AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
-                         " AND ((o.x - %s) * (o.x - %s) + (o.y - %s) * (o.y - %s)) <= %s")
-            params += [map_id, nx, ny, r, nx, nx, ny, ny, r * r]
+            stand = ("(o.x IS NOT NULL AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
+                     " AND ((o.x - %s) * (o.x - %s) + (o.y - %s) * (o.y - %s)) <= %s)")
+            sparams = [nx, ny, r, nx, nx, ny, ny, r * r]
+            if getattr(req, "seen_near", False):
+                # ... or a camera view that covers the disc: its box meets the disc's, then
+                # the sector test of the robot's store.
+                conds.append(f"o.map_id = %s AND ({stand} OR (o.view_box && box(point(%s, %s),"
+                             " point(%s, %s)) AND memory_view_covers(o.view_x, o.view_y,"
+                             " o.view_yaw, o.view_hfov, o.view_range, %s, %s, %s)))")
+                params += [map_id, *sparams, nx - r, ny - r, nx + r, ny + r, nx, ny, r]
+            else:
+                conds.append(f"o.map_id = %s AND {stand}")
+                params += [map_id, *sparams]
         if req.t_min is not None:
             conds.append("o.t >= %s")
             params.append(req.t_min)
@@ -455,7 +609,10 @@ class FleetStore:
         def go(conn: Any) -> list[Any]:
             if dim:
                 with conn.transaction():
-                    conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                    conn.execute(f"SET LOCAL hnsw.ef_search = {int(self.hnsw_ef_search)}")
+                    conn.execute("SET LOCAL hnsw.iterative_scan = "
+                                 + {"off": "off", "relaxed_order": "relaxed_order"}.get(
+                                     self.hnsw_iterative_scan, "strict_order"))
                     return conn.execute(sql, args).fetchall()
             return conn.execute(sql, args).fetchall()
         return [self._hit(r, float(r[17])) for r in self.run(go)]

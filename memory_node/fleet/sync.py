@@ -31,8 +31,17 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.notes import NotesLog
+from memory_node.core.places import Places
+from memory_node.core.types import View
 from memory_node.fleet.credentials import CredentialError, resolve_fleet_url
-from memory_node.fleet.store import FleetStore, FleetUnavailable
+from memory_node.fleet.store import (
+    HNSW_EF_CONSTRUCTION,
+    HNSW_M,
+    SCHEMA_VERSION,
+    FleetStore,
+    FleetUnavailable,
+)
 
 log = logging.getLogger("memory_node.fleet.sync")
 
@@ -56,6 +65,7 @@ CREATE TRIGGER IF NOT EXISTS fleet_arch_ins AFTER INSERT ON archive
 """
 
 _COLS = ("id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, note_key")
+_VIEW = "w.x, w.y, w.yaw, w.hfov, w.range"  # what a camera keyframe covered (seen_near)
 
 
 def default_robot_id() -> str:
@@ -72,6 +82,7 @@ class SyncStats:
     batches: int = 0
     rows_sent: int = 0
     rows_changed: int = 0
+    places_changed: int = 0
     retries: int = 0
     last_error: str = ""
     seconds: float = 0.0
@@ -155,16 +166,19 @@ class LocalOutbox:
                 chunk = list(ids[s:s + 500])
                 marks = ",".join("?" * len(chunk))
                 for r in self.db.execute(
-                        f"SELECT o.{_COLS.replace(', ', ', o.')}, v.embedding FROM observations o"
-                        f" LEFT JOIN vectors v ON v.id = o.id WHERE o.id IN ({marks})", chunk):
-                    out[r[0]] = _row_dict(r[:14], r[14], None)
+                        f"SELECT o.{_COLS.replace(', ', ', o.')}, v.embedding, {_VIEW}"
+                        " FROM observations o LEFT JOIN vectors v ON v.id = o.id"
+                        f" LEFT JOIN views w ON w.id = o.id WHERE o.id IN ({marks})", chunk):
+                    out[r[0]] = _row_dict(r[:14], r[14], None, r[15:20])
                 missing = [i for i in chunk if i not in out]
                 if missing:
                     marks = ",".join("?" * len(missing))
                     for r in self.db.execute(
-                            f"SELECT {_COLS}, archived_at, reason, kept_id FROM archive"
-                            f" WHERE id IN ({marks})", missing):
-                        out[r[0]] = _row_dict(r[:14], None, r[14:17])
+                            f"SELECT a.{_COLS.replace(', ', ', a.')}, a.archived_at, a.reason,"
+                            f" a.kept_id, {_VIEW} FROM archive a"
+                            f" LEFT JOIN views w ON w.id = a.id WHERE a.id IN ({marks})",
+                            missing):
+                        out[r[0]] = _row_dict(r[:14], None, r[14:17], r[17:22])
         finally:
             self.db.execute("COMMIT")
         return [out[i] for i in ids if i in out]
@@ -173,16 +187,17 @@ class LocalOutbox:
         self.db.close()
 
 
-def _row_dict(r: Sequence[Any], blob: bytes | None, arch: Sequence[Any] | None
-              ) -> dict[str, Any]:
+def _row_dict(r: Sequence[Any], blob: bytes | None, arch: Sequence[Any] | None,
+              view: Sequence[Any]) -> dict[str, Any]:
     (oid, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id, note_key) = r
     vec = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+    v = None if view[0] is None else View(*(float(c) for c in view))
     return {"id": oid, "stream": stream, "t": t, "x": x, "y": y, "z": z, "yaw": yaw,
             "frame": frame, "pose_source": source, "tags": tags, "text": text, "ref": ref,
             "model_id": model_id,
             "note_key": note_key, "emb": vec,
             "archived_at": arch[0] if arch else None, "archive_reason": arch[1] if arch else None,
-            "kept_local_id": arch[2] if arch else None}
+            "kept_local_id": arch[2] if arch else None, "view": v}
 
 
 class FleetSync:
@@ -202,6 +217,8 @@ class FleetSync:
         self.max_backoff_s = max_backoff_s
         self.init_schema = init_schema
         self.outbox = LocalOutbox(self.root / "memory.db")
+        self.places = Places(NotesLog(self.root / "notes"))
+        self._places_sent: tuple | None = None  # notes files' signature when places last went
         self.cursor: int | None = None  # outbox position the fleet has acknowledged
         self.stats = SyncStats()
         self.pause_s = float(os.environ.get(PAUSE_ENV, "0") or 0)
@@ -226,7 +243,10 @@ class FleetSync:
         self.store.ensure_schema(create=self.init_schema)
         fleet_uuid = self.store.meta("fleet_uuid") or ""
         acked = self.store.acked_seq(self.robot_id, self.outbox.store_id)
-        identity = json.dumps({"fleet": fleet_uuid, "robot": self.robot_id, "map": self.map_id})
+        # The schema version too: a store synced to an older schema sends its rows again,
+        # with what that version added (camera views).
+        identity = json.dumps({"fleet": fleet_uuid, "robot": self.robot_id, "map": self.map_id,
+                               "schema": SCHEMA_VERSION})
         if self.outbox.get_meta("fleet_identity") not in (None, identity):
             # Another (or a re-created) fleet database, or a new robot or map id for this
             # store: what was acknowledged before does not hold for it.
@@ -236,6 +256,7 @@ class FleetSync:
         self.outbox.set_meta("fleet_identity", identity)
         self.outbox.trim(acked)
         self.cursor = acked
+        self._places_sent = None  # (re)connected: send the places once more (idempotent)
 
     def _rows(self, states: list[dict[str, Any]]) -> tuple[list[tuple], dict[str, int]]:
         rows, models = [], {}
@@ -243,11 +264,17 @@ class FleetSync:
             emb = s["emb"]
             if emb is not None and s["model_id"]:
                 models[s["model_id"]] = int(len(emb))
+            v = s["view"]
+            view: tuple = (None,) * 9
+            if v is not None:
+                x0, x1, y0, y1 = v.bbox()
+                view = (v.x, v.y, v.yaw, v.hfov, v.range, x0, x1, y0, y1)
+            located = s["x"] is not None or v is not None
             rows.append((self.robot_id, self.outbox.store_id, s["id"], s["stream"], s["t"],
-                         self.map_for(s["frame"]) if s["x"] is not None else None,
+                         self.map_for(s["frame"] or self.world_frame) if located else None,
                          s["x"], s["y"], s["z"], s["yaw"], s["frame"], s["pose_source"],
                          s["tags"], s["text"], s["ref"], s["model_id"], s["note_key"], emb,
-                         s["archived_at"], s["archive_reason"], s["kept_local_id"]))
+                         s["archived_at"], s["archive_reason"], s["kept_local_id"], *view))
         return rows, models
 
     def push_once(self, until_seq: int | None = None) -> int:
@@ -277,7 +304,28 @@ class FleetSync:
                       changed)
             if until_seq is not None and last >= until_seq:
                 break
+        if not self._stop:
+            self.push_places()
         return sent
+
+    def push_places(self) -> int:
+        """Send the named places (every name's newest state, removals included) when a notes
+        file changed since they last went; an unchanged place is not rewritten."""
+        sig = self.places.signature()
+        if sig == self._places_sent:
+            return 0
+        rows = []
+        for key, st in self.places.states().items():
+            p = st.place
+            frame = p.frame if p is not None else None
+            rows.append((key, st.name, self.map_for(frame or self.world_frame),
+                         None if p is None else p.x, None if p is None else p.y,
+                         None if p is None else p.radius, frame, st.t, p is None))
+        changed = self.store.push_places(self.robot_id, self.outbox.store_id, rows) \
+            if rows else 0
+        self._places_sent = sig
+        self.stats.places_changed += changed
+        return changed
 
     def run(self, *, once: bool = False, interval_s: float = 0.25,
             timeout_s: float | None = None) -> bool:
@@ -355,11 +403,53 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=1000, help="rows per transaction")
     p.add_argument("--init-schema", action="store_true",
                    help="create the fleet schema (as a role that may) and exit")
+    p.add_argument("--create-vector-index", action="store_true",
+                   help="build pgvector's HNSW index for each embedding model in the fleet "
+                        "(as a role that may; unfiltered semantic search then uses it), and "
+                        "exit")
+    p.add_argument("--hnsw-m", type=int, default=HNSW_M,
+                   help=f"with --create-vector-index: graph degree m (default {HNSW_M})")
+    p.add_argument("--hnsw-ef-construction", type=int, default=HNSW_EF_CONSTRUCTION,
+                   help="with --create-vector-index: ef_construction (default "
+                        f"{HNSW_EF_CONSTRUCTION})")
+    p.add_argument("--maintenance-work-mem", default="1GB",
+                   help="with --create-vector-index: memory for the build (default 1GB; a "
+                        "graph that fits builds several times faster)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="with --create-vector-index: drop an existing index first (to change "
+                        "m or ef_construction)")
     p.add_argument("--no-create", action="store_true",
                    help="never try to create the schema (a least-privilege robot role)")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     return p
+
+
+def _create_vector_indexes(store: FleetStore, args: argparse.Namespace) -> int:
+    """`--create-vector-index`: one HNSW index per embedding model the fleet holds."""
+    try:
+        models = store.models()
+        if not models:
+            print("memory-sync: no vectors in the fleet yet: sync a robot first",
+                  file=sys.stderr)
+            return 1
+        for model_id, dim in sorted(models.items()):
+            t0 = time.perf_counter()
+            if not store.create_vector_index(
+                    model_id, dim, m=args.hnsw_m, ef_construction=args.hnsw_ef_construction,
+                    maintenance_work_mem=args.maintenance_work_mem, replace=args.rebuild):
+                print("memory-sync: this role may not create indexes: run it as the "
+                      "database owner", file=sys.stderr)
+                return 1
+            print(f"memory-sync: HNSW index for {model_id} ({dim}-d, m {args.hnsw_m}, "
+                  f"ef_construction {args.hnsw_ef_construction}) ready in "
+                  f"{time.perf_counter() - t0:.1f} s")
+    except Exception as exc:  # noqa: BLE001 - one line, no URL
+        print(f"memory-sync: {store.scrub(str(exc))}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -387,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"memory-sync: schema ready on {store.label}")
         return 0
+    if args.create_vector_index:
+        return _create_vector_indexes(store, args)
     from memory_node.core.config import MemoryConfig
 
     values = {"memory_dir": args.memory_dir} if args.memory_dir else {}

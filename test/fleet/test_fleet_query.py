@@ -4,6 +4,8 @@ the robot and map fields; maps are never mixed by accident; credentials stay out
 from __future__ import annotations
 
 import json
+import math
+import os
 import subprocess
 import sys
 from urllib.parse import urlsplit, urlunsplit
@@ -12,7 +14,7 @@ import psycopg
 import pytest
 from engine_support import T0, FakeClock, PoseBox, make_engine, minilm
 
-from memory_node.core.types import Pose
+from memory_node.core.types import Observation, Pose, View
 from memory_node.fleet.credentials import (
     CredentialError,
     read_url_file,
@@ -29,9 +31,40 @@ THINGS = ["a red door", "a blue chair", "a person waving", "the kitchen sink", "
           "a wooden table", "a red fire extinguisher", "a sleeping cat"]
 
 
+def _places_views_track(eng, robot: str, clock: FakeClock, shift: float) -> None:
+    """Named places (one moved, one removed), camera keyframes with views that reach far
+    from where they were taken, and a dense odometry loop (with a gap) for visits."""
+    clock.t = T0 + 30 + shift / 10  # robots on a shared map name places one after another
+    for place in ({"place": "kitchen", "x": 1.0 + shift, "y": 0.0, "radius": 1.5},
+                  {"place": "dock", "x": 0.5 + shift, "y": 4.0, "radius": 1.0},
+                  {"place": "hall", "x": 3.0 + shift, "y": 3.0},
+                  {"place": "Kitchen", "x": 8.0 + shift, "y": 2.0, "radius": 1.2},
+                  {"place": "hall", "remove": True}):
+        clock.t += 1
+        assert json.loads(eng.save(json.dumps(place)))["ok"]
+    texts = [f"{robot} camera looking {d}: {THINGS[j]}" for j, d in
+             enumerate(("east", "north", "west", "south", "east again", "north-east"))]
+    vecs = minilm().embed_texts(texts)
+    rows = []
+    for j, (text, yaw) in enumerate(zip(texts, (0.0, 1.57, 3.14, -1.57, 0.05, 0.8),
+                                        strict=True)):
+        rows.append(Observation(
+            stream="camera", t=T0 + 45 + j, pose=Pose(x=shift, y=0.0, yaw=yaw, frame="map"),
+            text=text, tags={"view": j}, view=View(shift, 0.0, yaw, 1.2, 8.0)))
+    eng.add_embedded(rows, vecs, eng.text_model_id)
+    for j in range(210):
+        if 100 <= j < 110:
+            continue  # a gap in the pose history
+        a = 2 * math.pi * j / 60
+        eng.add_observation("odom", T0 + 10 * j, Pose(x=4.0 + 4.0 * math.cos(a) + shift,
+                                                      y=2.0 + 2.0 * math.sin(a), frame="map"),
+                            {"speed": 0.5}, embed=False)
+
+
 def _fill(robot: str, root, clock: FakeClock, pose: PoseBox, shift: float) -> None:
     eng = make_engine(root, clock=clock, pose=pose)
     try:
+        _places_views_track(eng, robot, clock, shift)
         for i in range(36):
             clock.t = T0 + 60 * i
             pose.pose = Pose(x=(i % 9) * 1.0 + shift, y=(i // 9) * 1.5, yaw=0.1 * i, frame="map")
@@ -98,6 +131,15 @@ QUERIES = [
     {"stream": "camera", "semantic_query": "someone waving hello", "k": 100},
     {"stream": ["camera", "odom"], "semantic_query": "cat", "near_x": 8.0, "near_y": 4.5,
      "radius": 3},
+    # named places (the robot's own, as it named them last)
+    {"near": "kitchen", "k": 20},
+    {"near": " KITCHEN ", "radius": 3.0, "semantic_query": "a red door", "k": 4},
+    {"near": "dock", "stream": "odom", "order_by": "time", "k": 8},
+    # camera views that cover a point far from where they were taken
+    {"near_x": 6.0, "near_y": 0.5, "radius": 0.5, "seen_near": True, "k": 20},
+    {"near_x": 0.0, "near_y": 5.0, "radius": 1.0, "seen_near": True, "semantic_query": "chair"},
+    {"near": "dock", "seen_near": True, "stream": "camera", "k": 20},
+    {"near_x": 6.0, "near_y": 0.5, "radius": 0.5, "seen_near": True, "include_archived": True},
 ]
 
 
@@ -170,14 +212,88 @@ def test_streams_per_robot_and_writes_refused(fleet):
     assert json.loads(eng.compact())["error"]["code"] == "bad_request"
 
 
-@pytest.mark.parametrize(("query", "words"), [
-    ({"near": "kitchen"}, "named places live in each robot's own memory"),
-    ({"near_x": 1.0, "near_y": 2.0, "seen_near": True}, "camera views are not synced"),
-    ({"visits": True, "near_x": 1.0, "near_y": 2.0}, "visits come from a robot's own pose"),
-])
-def test_robot_only_features_are_refused_in_words(fleet, query, words):
-    ans = json.loads(fleet["engine"]("r1").search(json.dumps(query)))
-    assert ans["error"]["code"] == "bad_request" and words in ans["error"]["message"]
+VISITS = [
+    {"visits": True, "near": "kitchen"},
+    {"visits": True, "near_x": 8.0, "near_y": 2.0, "radius": 1.0},
+    {"visits": True, "near": "kitchen", "after_seconds_ago": 1500},
+    {"visits": True, "near_x": 4.0, "near_y": 4.0, "radius": 0.8, "after_seconds_ago": 2000,
+     "before_seconds_ago": 600},
+    {"visits": True, "near": "dock", "radius": 3.0},
+    {"visits": True, "near_x": 40.0, "near_y": 40.0, "radius": 1.0},
+]
+
+
+@pytest.mark.parametrize("query", VISITS, ids=[json.dumps(q)[:60] for q in VISITS])
+def test_fleet_visits_equal_the_robots_own(fleet, query):
+    local = make_engine(fleet["base"] / "r1", clock=fleet["clock"], pose=fleet["pose"])
+    try:
+        want = json.loads(local.search(json.dumps(query)))
+    finally:
+        local.close()
+    got = json.loads(fleet["engine"]("r1").search(json.dumps({**query, "robot": "r1"})))
+    assert want["ok"] and got["ok"], (want, got)
+    assert all(v.pop("robot") == "r1" for v in got["visits"])
+    got.pop("took_ms")
+    want.pop("took_ms")
+    assert got == want
+
+
+def test_fleet_visits_of_robots_sharing_a_map_keep_their_own_tracks(fleet):
+    r3, r4 = fleet["engine"]("r3"), fleet["engine"]("r4")
+    query = {"visits": True, "near_x": 30.0, "near_y": 2.0, "radius": 0.45}
+    both = json.loads(r3.search(json.dumps({**query, "map": "site-A"})))
+    each = {r: json.loads(r3.search(json.dumps({**query, "robot": r}))) for r in ("r3", "r4")}
+    assert both["ok"] and {v["robot"] for v in both["visits"]} == {"r3"}  # r4's loop is 1 m off
+    assert both["count"] == each["r3"]["count"] + each["r4"]["count"] > 0
+    assert both["total_s"] == pytest.approx(each["r3"]["total_s"] + each["r4"]["total_s"])
+    # The asking robot's map by default: r4 shares site-A with r3.
+    mine = json.loads(r4.search(json.dumps(query)))
+    assert mine["count"] == both["count"]
+    # r1's map has no track near there: no visits, and the answer says why.
+    r1 = json.loads(fleet["engine"]("r1").search(json.dumps(query)))
+    assert r1["count"] == 0 and r1["visits"] == []
+
+
+def test_named_places_belong_to_a_robot_and_a_map(fleet):
+    r1 = fleet["engine"]("r1")
+    own = json.loads(r1.search(json.dumps({"near": "kitchen", "k": 50})))
+    assert own["ok"] and own["count"] > 0 and {r["robot"] for r in own["results"]} == {"r1"}
+    # Another robot's place: its own coordinates on its own map.
+    theirs = json.loads(r1.search(json.dumps({"near": "kitchen", "robot": "r3", "k": 50})))
+    assert {r["robot"] for r in theirs["results"]} == {"r3"}
+    assert all(r["map"] == "site-A" for r in theirs["results"])
+    assert all(math.hypot(r["pose"]["x"] - 30.0, r["pose"]["y"] - 2.0) <= 1.2
+               for r in theirs["results"])
+    # On a shared map the newest naming wins (r4 named it last: x = 31), robots together.
+    shared = json.loads(r1.search(json.dumps({"near": "kitchen", "map": "site-A", "k": 50})))
+    assert {r["robot"] for r in shared["results"]} == {"r3", "r4"}
+    assert all(math.hypot(r["pose"]["x"] - 31.0, r["pose"]["y"] - 2.0) <= 1.2
+               for r in shared["results"])
+    # A robot with no place of that name: the name is on three maps, so it must say which.
+    ans = json.loads(fleet["engine"]("r9").search(json.dumps({"near": "kitchen"})))
+    assert ans["error"]["code"] == "bad_request"
+    assert "3 maps" in ans["error"]["message"] and "site-A" in ans["error"]["message"]
+    for name in ("hall", "attic"):  # removed; never named
+        ans = json.loads(r1.search(json.dumps({"near": name})))
+        assert ans["error"]["code"] == "bad_request"
+        assert "unknown place" in ans["error"]["message"] and "Kitchen" in ans["error"]["message"]
+    listed = json.loads(r1.streams())["places"]
+    assert {(p["robot"], p["name"]) for p in listed} == {
+        (r, n) for r in ("r1", "r2", "r3", "r4") for n in ("dock", "Kitchen")}
+    kitchen = next(p for p in listed if p["robot"] == "r1" and p["name"] == "Kitchen")
+    assert kitchen == {"name": "Kitchen", "x": 8.0, "y": 2.0, "radius": 1.2, "frame": None,
+                       "robot": "r1", "map": "r1/map"}
+
+
+def test_seen_near_stays_within_one_map(fleet):
+    r1 = fleet["engine"]("r1")
+    query = {"near_x": 6.0, "near_y": 0.5, "radius": 0.5, "seen_near": True, "k": 50}
+    ans = json.loads(r1.search(json.dumps(query)))
+    assert ans["ok"] and {r["robot"] for r in ans["results"]} == {"r1"}
+    views = [r for r in ans["results"] if "view" in r["tags"]]
+    assert {r["tags"]["view"] for r in views} == {0, 4}  # looking east: the point is 6 m ahead
+    other = json.loads(r1.search(json.dumps({**query, "near_x": 28.0, "map": "site-A"})))
+    assert {r["robot"] for r in other["results"] if "view" in r["tags"]} == {"r3", "r4"}
 
 
 def test_unreachable_fleet_answers_unavailable_without_the_password(fleet, tmp_path):
@@ -196,7 +312,13 @@ def test_hnsw_for_unfiltered_semantic_search_matches_exact(fleet):
     eng = fleet["engine"]("r1")
     query = json.dumps({"semantic_query": "a sleeping cat", "k": 5})
     exact = json.loads(eng.search(query))
-    assert eng.store.create_vector_index(eng.text_model_id, 384)
+    done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync",
+                           "--create-vector-index"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "MEMORY_FLEET_URL": fleet["url"]})
+    assert done.returncode == 0, done.stderr
+    assert f"HNSW index for {eng.text_model_id} (384-d, m 32, ef_construction 200)" in done.stdout
+    eng.store.drop_connection()
+    eng.store._hnsw = None  # noqa: SLF001 - a running server sees a new index after reconnect
     assert eng.text_model_id in eng.store.hnsw_models()
     approx = json.loads(eng.search(query))
     assert [r["id"] for r in approx["results"]] == [r["id"] for r in exact["results"]]
@@ -251,10 +373,14 @@ ROBOT_ROLE_SQL = """
 CREATE ROLE memory_robot NOLOGIN;
 GRANT SELECT ON memory_fleet_meta TO memory_robot;
 GRANT SELECT, INSERT, UPDATE ON memory_observations, memory_sync_state, memory_robots,
-    memory_models TO memory_robot;
+    memory_models, memory_places TO memory_robot;
 ALTER TABLE memory_observations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_sync_state ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_places ENABLE ROW LEVEL SECURITY;
 CREATE POLICY fleet_read ON memory_observations FOR SELECT USING (true);
+CREATE POLICY places_read ON memory_places FOR SELECT USING (true);
+CREATE POLICY robot_own_places ON memory_places FOR ALL TO memory_robot
+    USING (robot_id = current_user) WITH CHECK (robot_id = current_user);
 CREATE POLICY robot_inserts_own ON memory_observations FOR INSERT TO memory_robot
     WITH CHECK (robot_id = current_user);
 CREATE POLICY robot_updates_own ON memory_observations FOR UPDATE TO memory_robot
@@ -279,7 +405,10 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
         robot_url = urlunsplit((p.scheme, "go2-07@" + p.netloc.split("@")[-1], p.path,
                                 p.query, ""))
         mem = tmp_path / "go2"
-        make_engine(mem).save("the loading bay door is stuck")
+        robot = make_engine(mem)
+        robot.save("the loading bay door is stuck")
+        robot.save(json.dumps({"place": "loading bay", "x": 3.0, "y": -1.0}))
+        robot.close()
         done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
                                str(mem), "--robot-id", "go2-07", "--once", "--no-create",
                                "--fleet-url", robot_url], capture_output=True, text=True,
@@ -296,6 +425,8 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT robot_id, count(*) FROM memory_observations"
                                 " GROUP BY robot_id").fetchall() == [("go2-07", 1)]
+            assert conn.execute("SELECT robot_id, name FROM memory_places").fetchall() == [
+                ("go2-07", "loading bay")]
     finally:
         drop_database(pg, url)
         with psycopg.connect(pg.url, autocommit=True) as conn:
@@ -346,6 +477,12 @@ def test_skills_on_a_fleet_take_robot_and_say_which_robot(fleet):
     assert lines and all(" robot=r2 " in line for line in lines), answer
     listing = skills["list_memory_streams"].call()
     assert "by robot: r1 " in listing and "Robots in the fleet" in listing, listing
+    assert "robot" in skills["visits"].parameters["properties"]
+    visits = skills["visits"].call(near_x=30.0, near_y=2.0, radius=0.45, robot=["r3", "r4"])
+    assert "visits to x=30.00 y=2.00" in visits and "\n- r3 from " in visits, visits
+    seen = skills["query_memory"].call(stream="camera", near_x=6.0, near_y=0.5, radius=0.5,
+                                       seen_near=True, k=20)
+    assert "r1 camera looking east" in seen, seen
     # one robot's own memory has no robot parameter
     from engine_support import make_engine
 

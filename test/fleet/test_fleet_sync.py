@@ -21,15 +21,18 @@ import psycopg
 import pytest
 from engine_support import FakeClock, PoseBox, make_engine
 
-from memory_node.core.types import Observation, Pose
-from memory_node.fleet.store import FleetStore
+from memory_node.core.notes import NotesLog
+from memory_node.core.places import Places
+from memory_node.core.types import Observation, Pose, View
+from memory_node.fleet.store import FleetStore, FleetUnavailable
 from memory_node.fleet.sync import PAUSE_ENV, FleetSync
 
 MODEL = "test-model-8"
 
 
 def _bulk(engine, n: int, start: int = 0, t0: float = 1.0e9) -> None:
-    """n rows straight into the robot's store: half with vectors and poses, some tags."""
+    """n rows straight into the robot's store: half with vectors, most with poses, some tags,
+    a quarter with a camera view."""
     rng = np.random.default_rng(start)
     rows, vecs = [], []
     for i in range(start, start + n):
@@ -40,26 +43,46 @@ def _bulk(engine, n: int, start: int = 0, t0: float = 1.0e9) -> None:
             stream="camera" if i % 3 else "lidar", t=t0 + i,
             pose=Pose(x=i * 0.1, y=-i * 0.05, yaw=0.1, frame="map") if i % 5 else None,
             tags={"i": i, "colors": ["red"] if i % 7 == 0 else []}, text=f"row {i}",
-            ref=f"blobs/camera/{i}.jpg", model_id=MODEL if has_vec else None))
+            ref=f"blobs/camera/{i}.jpg", model_id=MODEL if has_vec else None,
+            view=View(i * 0.1, -i * 0.05, 0.3, 1.2, 4.0 + i % 3) if i % 4 == 1 else None))
         vecs.append(v if has_vec else None)
     engine.store.insert(rows, vecs)
 
 
 def local_state(db: Path) -> dict[int, tuple]:
-    """Every row of memory.db, live or archived: local id -> comparable tuple."""
+    """Every row of memory.db, live or archived, with its camera view: local id ->
+    comparable tuple."""
     con = sqlite3.connect(str(db))
     out = {}
     for r in con.execute(
             "SELECT o.id, o.stream, o.t, o.x, o.y, o.frame, o.tags, o.text, o.ref, o.model_id,"
-            " o.note_key, v.embedding, NULL FROM observations o"
-            " LEFT JOIN vectors v ON v.id = o.id"):
+            " o.note_key, v.embedding, w.x, w.y, w.yaw, w.hfov, w.range FROM observations o"
+            " LEFT JOIN vectors v ON v.id = o.id LEFT JOIN views w ON w.id = o.id"):
         out[r[0]] = r[1:6] + (json.loads(r[6]),) + r[7:11] + (
-            None if r[11] is None else np.frombuffer(r[11], np.float32).tolist(), False)
-    for r in con.execute("SELECT id, stream, t, x, y, frame, tags, text, ref, model_id,"
-                         " note_key FROM archive"):
-        out[r[0]] = r[1:6] + (json.loads(r[6]),) + r[7:11] + ("archived", True)
+            None if r[11] is None else np.frombuffer(r[11], np.float32).tolist(), False,
+            r[12:17])
+    for r in con.execute("SELECT a.id, a.stream, a.t, a.x, a.y, a.frame, a.tags, a.text, a.ref,"
+                         " a.model_id, a.note_key, w.x, w.y, w.yaw, w.hfov, w.range"
+                         " FROM archive a LEFT JOIN views w ON w.id = a.id"):
+        out[r[0]] = r[1:6] + (json.loads(r[6]),) + r[7:11] + ("archived", True, r[11:16])
     con.close()
     return out
+
+
+def local_places(mem: Path) -> dict[str, tuple]:
+    """The robot's named places as its notes hold them (removals too): key -> tuple."""
+    out = {}
+    for key, st in Places(NotesLog(mem / "notes")).states().items():
+        p = st.place
+        out[key] = (st.name, st.t, p is None) + (() if p is None else (p.x, p.y, p.radius))
+    return out
+
+
+def fleet_places(url: str, robot: str) -> dict[str, tuple]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT name_key, name, t, removed, x, y, radius FROM memory_places"
+                            " WHERE robot_id=%s", (robot,)).fetchall()
+    return {r[0]: r[1:4] + (() if r[3] else r[4:7]) for r in rows}
 
 
 def fleet_state(url: str, robot: str) -> dict[int, tuple]:
@@ -67,22 +90,35 @@ def fleet_state(url: str, robot: str) -> dict[int, tuple]:
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT local_id, stream, t, x, y, frame, tags, text, ref, model_id, note_key,"
-            " emb::text, archived_at IS NOT NULL FROM memory_observations WHERE robot_id=%s",
+            " emb::text, archived_at IS NOT NULL, view_x, view_y, view_yaw, view_hfov,"
+            " view_range FROM memory_observations WHERE robot_id=%s",
             (robot,)).fetchall()
         dup = conn.execute("SELECT count(*) - count(DISTINCT (store_id, local_id))"
                            " FROM memory_observations WHERE robot_id=%s", (robot,)).fetchone()[0]
     assert dup == 0
     for r in rows:
         emb = None if r[11] is None else np.asarray(json.loads(r[11]), np.float32).tolist()
-        out[r[0]] = r[1:11] + ("archived" if r[12] else emb, r[12])
+        out[r[0]] = r[1:11] + ("archived" if r[12] else emb, r[12], r[13:18])
     return out
 
 
 def assert_same(db: Path, url: str, robot: str) -> None:
+    """The fleet holds exactly the robot's rows (each once) and its named places."""
     local, fleet = local_state(db), fleet_state(url, robot)
     assert set(fleet) == set(local)
     bad = [i for i in local if local[i] != fleet[i]]
     assert not bad, (bad[:3], [local[i] for i in bad[:1]], [fleet[i] for i in bad[:1]])
+    assert fleet_places(url, robot) == local_places(db.parent)
+
+
+def name_places(mem: Path, clock: FakeClock, *places: dict) -> None:
+    eng = make_engine(mem, clock=clock)
+    try:
+        for p in places:
+            clock.t += 1
+            assert json.loads(eng.save(json.dumps(p)))["ok"]
+    finally:
+        eng.close()
 
 
 def fleet_count(url: str, robot: str) -> int:
@@ -118,6 +154,9 @@ def test_everything_arrives_once_with_pose_tags_vectors_and_archives(tmp_path, f
         pose.pose = None
         eng.save("battery at 40 percent")  # a note without a pose
         _bulk(eng, 300)
+        pose.pose = Pose(1.5, -2.0, yaw=0.3, frame="map")
+        for place in ({"place": "lab door", "radius": 1.5}, {"place": "dock", "x": 4, "y": 1}):
+            assert json.loads(eng.save(json.dumps(place)))["ok"]
         store = FleetStore(fleet_url)
         sync = FleetSync(tmp_path / "r1", store, "r1", batch_size=64)
         assert sync.push_once() > 0
@@ -132,6 +171,10 @@ def test_everything_arrives_once_with_pose_tags_vectors_and_archives(tmp_path, f
         moved = eng.store.archive([10, 11, 12], "thinned", kept={10: 13, 11: 13, 12: 13},
                                   kept_tags=(13, lambda n: {"i": 12, "thinned": n}))
         assert moved == 3
+        for place in ({"place": "Dock", "x": 5, "y": 1}, {"place": "lab door", "remove": True},
+                      {"place": "hall", "x": 0, "y": 9, "radius": 3}):
+            clock.t += 1
+            assert json.loads(eng.save(json.dumps(place)))["ok"]
         sync.push_once()
         assert_same(tmp_path / "r1" / "memory.db", fleet_url, "r1")
         with psycopg.connect(fleet_url) as conn:
@@ -141,6 +184,7 @@ def test_everything_arrives_once_with_pose_tags_vectors_and_archives(tmp_path, f
             kept = conn.execute("SELECT kept_local_id, archive_reason FROM memory_observations"
                                 " WHERE robot_id='r1' AND local_id=10").fetchone()
         assert row[0] == "r1/map" and (row[1], row[2]) == (1.5, -2.0)
+        assert fleet_places(fleet_url, "r1")["dock"][:4] == ("Dock", clock.t - 2, False, 5.0)
         assert row[3]["repeats"] == 2 and row[3]["door"] is True
         assert kept == (13, "thinned")
         sync.close()
@@ -153,22 +197,32 @@ def test_a_resent_batch_changes_nothing(tmp_path, fleet_url):
     eng = make_engine(tmp_path / "r2")
     _bulk(eng, 200)
     eng.close()
+    name_places(tmp_path / "r2", FakeClock(), {"place": "kitchen", "x": 1, "y": 2},
+                {"place": "door", "x": 3, "y": 2}, {"place": "door", "remove": True})
     store = FleetStore(fleet_url)
     sync = FleetSync(tmp_path / "r2", store, "r2", batch_size=50)
     sync.push_once()
-    with psycopg.connect(fleet_url) as conn:
-        before = conn.execute("SELECT id, xmin::text FROM memory_observations"
-                              " WHERE robot_id='r2' ORDER BY id").fetchall()
+    assert sync.stats.places_changed == 2
+
+    def versions() -> list[tuple]:
+        with psycopg.connect(fleet_url) as conn:
+            return conn.execute(
+                "SELECT id::text, xmin::text FROM memory_observations WHERE robot_id='r2'"
+                " UNION ALL SELECT name_key, xmin::text FROM memory_places"
+                " WHERE robot_id='r2' ORDER BY 1").fetchall()
+    before = versions()
     sync.outbox.requeue_all()  # as if every acknowledgement had been lost
     sent_before = sync.stats.rows_sent
     sync.push_once()
     assert sync.stats.rows_sent - sent_before == 200
     assert sync.stats.rows_changed == 200  # only the first push changed anything
-    with psycopg.connect(fleet_url) as conn:
-        after = conn.execute("SELECT id, xmin::text FROM memory_observations"
-                             " WHERE robot_id='r2' ORDER BY id").fetchall()
-    assert after == before  # same rows, same row versions: nothing was rewritten
     sync.close()
+    again = FleetSync(tmp_path / "r2", store, "r2", batch_size=50)  # a restart: places again
+    again.push_once()
+    assert again.stats.places_changed == 0
+    assert versions() == before  # same rows, same row versions: nothing was rewritten
+    assert_same(tmp_path / "r2" / "memory.db", fleet_url, "r2")
+    again.close()
     store.close()
 
 
@@ -186,10 +240,12 @@ def test_server_stopped_mid_sync_then_restarted_loses_and_duplicates_nothing(
         wait_for(lambda: fleet_count(fleet_url, "r3") >= 300, 60, "the first batches")
         pg.stop()  # mid-sync: batches are in flight
         _bulk(eng, 500, start=1500)  # the robot keeps recording with the fleet away
+        assert json.loads(eng.save(json.dumps({"place": "charger", "x": 1, "y": 2})))["ok"]
         time.sleep(1.5)  # a few failed retries
         pg.start()
         _bulk(eng, 200, start=2000)
         wait_for(lambda: fleet_count(fleet_url, "r3") == 2200, 90, "every row")
+        wait_for(lambda: "charger" in fleet_places(fleet_url, "r3"), 30, "the place")
         time.sleep(0.5)
         assert_same(mem / "memory.db", fleet_url, "r3")
     finally:
@@ -212,6 +268,7 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(tmp_path, fleet_url):
     eng = make_engine(mem)
     _bulk(eng, 500)
     eng.close()
+    name_places(mem, FakeClock(), {"place": "kitchen", "x": 1, "y": 2})
     env = sync_env(fleet_url, **{PAUSE_ENV: "0.4"})
     for killed_after in (0.0, 1.0):  # inside the first batch; inside a later one
         proc = subprocess.Popen(sync_cmd(mem, "r4", "--once", "--batch-size", "100"),
@@ -245,3 +302,38 @@ def test_once_gives_up_with_exit_1_when_the_fleet_stays_away(tmp_path):
                           env=sync_env(url), capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "not everything was acknowledged" in done.stderr
+
+
+def test_a_version_1_fleet_is_upgraded_and_every_row_gains_its_view(tmp_path, fleet_url):
+    mem = tmp_path / "r6"
+    eng = make_engine(mem)
+    _bulk(eng, 120)
+    eng.close()
+    store = FleetStore(fleet_url)
+    first = FleetSync(mem, store, "r6")
+    first.push_once()
+    first.close()
+    # As version 1 left things: no views in the fleet, and the robot's record of what the
+    # fleet acknowledged says nothing of a schema version.
+    with psycopg.connect(fleet_url, autocommit=True) as conn:
+        conn.execute("UPDATE memory_observations SET view_x = NULL, view_y = NULL,"
+                     " view_yaw = NULL, view_hfov = NULL, view_range = NULL, view_box = NULL")
+        conn.execute("UPDATE memory_fleet_meta SET value = '1' WHERE key = 'schema_version'")
+    con = sqlite3.connect(str(mem / "memory.db"))
+    ident = json.loads(con.execute("SELECT value FROM meta WHERE key='fleet_identity'")
+                       .fetchone()[0])
+    del ident["schema"]
+    con.execute("UPDATE meta SET value=? WHERE key='fleet_identity'", (json.dumps(ident),))
+    con.commit()
+    con.close()
+    store.drop_connection()
+    robot = FleetSync(mem, store, "r6", init_schema=False)  # a robot role may not upgrade
+    with pytest.raises(FleetUnavailable, match="--init-schema"):
+        robot.push_once()
+    robot.close()
+    store.init_schema()  # the owner upgrades
+    again = FleetSync(mem, store, "r6", init_schema=False)
+    assert again.push_once() == 120  # every row once more, now with its view
+    assert_same(mem / "memory.db", fleet_url, "r6")
+    again.close()
+    store.close()

@@ -517,11 +517,12 @@ class SqliteObservationStore(ObservationStore):
             conds.append("t <= ?")
             params.append(float(t_max))
         where = " AND ".join(conds)
-        sql = (f"SELECT t, x, y FROM observations WHERE {where} UNION ALL"
-               f" SELECT t, x, y FROM archive WHERE {where} ORDER BY 1")
+        # Rows of the same time in id order: the same track (and visits) in any copy of it.
+        sql = (f"SELECT t, x, y, id FROM observations WHERE {where} UNION ALL"
+               f" SELECT t, x, y, id FROM archive WHERE {where} ORDER BY 1, 4")
         with self._rlock:
             rows = self._r.execute(sql, params + params).fetchall()
-        return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 4)[:, :3].copy()
 
     def newest_t(self, streams: Sequence[str]) -> float | None:
         """The time of the newest row of `streams`, kept or archived."""
