@@ -212,3 +212,25 @@ def test_graphs_are_read_from_files_another_process_has_since_replaced(cached, c
         m.close()
         m.store.close()
     _graphs_read_not_built(cached, caplog)
+
+
+def test_rows_added_and_removed_while_graphs_are_read_are_ranked_once_read(cached,
+                                                                            held_graph_reads):
+    mgr = _manager(cached)
+    mgr.load_or_rebuild()
+    _add_rows(mgr.store, 300, seed=2)
+    gone = list(range(1, 400, 3))  # compaction archives rows the cached graphs hold
+    assert mgr.store.archive(gone, "test") == len(gone)
+    mgr.sync()
+    rng = np.random.default_rng(9)
+    _check_ranking(mgr, rng)  # exact: the graphs are not read yet
+    assert mgr.building(("m", "camera"))
+    held_graph_reads.set()
+    assert mgr.wait_for_graphs(120)
+    for stream in STREAMS:
+        idx = mgr.get(("m", stream))
+        assert not idx.exact and idx.builds == 0  # the cached graph, not a new one
+        assert not np.isin(gone, idx.ids()).any()
+    _check_ranking(mgr, rng)
+    mgr.close()
+    mgr.store.close()
