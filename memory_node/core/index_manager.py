@@ -283,7 +283,7 @@ class IndexManager:
         try:
             for entry in manifest["keys"]:
                 key = (entry["model_id"], entry["stream"])
-                indexes[key], src = self._load_entry(gen, entry, key)
+                indexes[key], src = self._load_entry(gen, entry)
                 if src is not None:
                     sources[key] = src
         except BaseException:
@@ -297,8 +297,7 @@ class IndexManager:
             self._worker.submit(self._load_graphs)
         return True
 
-    def _load_entry(self, gen: Path, entry: dict, key: Key
-                    ) -> tuple[HNSWIndex, GraphSource | None]:
+    def _load_entry(self, gen: Path, entry: dict) -> tuple[HNSWIndex, GraphSource | None]:
         """One key's cached index, checked against its manifest entry and memory-mapped; with
         its cached graph's files, opened now (under the cache lock: a writer may replace them
         once it is released) and read later by the background worker."""
@@ -326,7 +325,7 @@ class IndexManager:
         idx.exact_twin.attach(ids, vecs, meta, n)
         if not entry.get("hnsw"):
             return idx, None
-        return idx, GraphSource(idx, key, gen / name("hnsw"), gen / name("graph_ids.npy"),
+        return idx, GraphSource(idx, gen / name("hnsw"), gen / name("graph_ids.npy"),
                                 None if files is None else
                                 {part: files.get(part) for part in ("hnsw", "graph_ids.npy")})
 
@@ -603,9 +602,9 @@ class GraphSource:
     read and handed to its index. Until then a persist carries the files over unchanged
     (with the checksums the manifest had), so a restart does not lose a graph it never read."""
 
-    def __init__(self, idx: HNSWIndex, key: Key, graph: Path, graph_ids: Path,
+    def __init__(self, idx: HNSWIndex, graph: Path, graph_ids: Path,
                  sums: dict[str, dict | None] | None):
-        self.idx, self.key, self.sums = idx, key, sums
+        self.idx, self.sums = idx, sums
         self.paths = {"hnsw": graph, "graph_ids.npy": graph_ids}
         self.files: dict[str, IO[bytes]] = {}
         self.error: str | None = None
