@@ -4,7 +4,8 @@ Each section writes its own JSON file as soon as it finishes, so a run can be re
 (`--resume` skips sections whose result exists with the same parameters) or narrowed
 (`--only query,peers`). The report is rebuilt from every result file present.
 `--only tf_load [--duration S] [--before PYTHON]` is issue 16's TF-load benchmark
-(bench/tf_load.py).
+(bench/tf_load.py); `--only footprint --before PYTHON` also measures another checkout's
+start-up on the same stores.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=None,
                    help="tf_load: seconds of load per configuration (default 120; 15 quick)")
     p.add_argument("--before", metavar="PYTHON", default=None,
-                   help="tf_load: also run the node of another checkout through its "
-                   "interpreter, e.g. ../wt-before/.venv/bin/python (the code before a fix)")
+                   help="tf_load, footprint: also run the node (the engine) of another "
+                   "checkout through its interpreter, e.g. ../wt-before/.venv/bin/python (the "
+                   "code before a fix)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS, help="results directory")
     p.add_argument("--report", type=Path, default=None,
                    help="report path (default BENCHMARKS.md at the repository root)")
@@ -156,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
                     n, args.seed, v, min(qn, 200), scratch, log))
         if "footprint" in only:
             rmax = parse_scale(args.rebuild_max)
-            run(f"footprint_{lab}", {**base, "rebuild_measured": n <= rmax},
-                lambda n=n, v=v, rmax=rmax: eb.section_footprint(n, args.seed, v, log, rmax))
+            run(f"footprint_{lab}", {**base, "rebuild_measured": n <= rmax,
+                                     "before": bool(args.before)},
+                lambda n=n, v=v, rmax=rmax: eb.section_footprint(n, args.seed, v, log, rmax,
+                                                                 args.before))
     save_n = max([n for n in scales if n <= 100_000] or [min(scales)])
     if "save" in only:
         v = vectors_for(save_n, args.vectors, quick)

@@ -51,6 +51,22 @@ def rss_mb() -> float:
     return 0.0
 
 
+def rss_split_mb() -> dict[str, float]:
+    """This process's resident memory by kind, from /proc: `anon` (heap, graphs, copies: what
+    the OS can only swap), `file` (pages of mapped files, shared libraries included: the OS
+    drops them under pressure and reads them back) and `shmem`."""
+    out = {"anon": 0.0, "file": 0.0, "shmem": 0.0}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                for kind in out:
+                    if line.startswith(f"Rss{kind.capitalize()}:"):
+                        out[kind] = int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return out
+
+
 def peak_rss_mb() -> float:
     try:
         with open("/proc/self/status") as fh:
@@ -68,6 +84,19 @@ def dir_size_mb(path: Path) -> float:
         for f in files:
             try:
                 total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total / (1024.0 * 1024.0)
+
+
+def disk_used_mb(path: Path) -> float:
+    """Disk blocks allocated under `path` (what `du` reports): holes in sparse files, such
+    as the index cache's spare rows, take none."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
             except OSError:
                 pass
     return total / (1024.0 * 1024.0)

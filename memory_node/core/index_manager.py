@@ -7,6 +7,13 @@ rows agree with memory.db) is loaded and caught up from the feed; a missing, sta
 foreign one is rebuilt from memory.db, with one warning naming the file and why. Never an
 outage, never a silently different answer.
 
+Start-up reads no more than it must: the vector, id and time/place arrays are checksummed and
+then memory-mapped copy-on-write, not copied (the OS pages them in as searches touch them; the
+files are written with spare rows after the data, so rows added later land in private pages
+of the mapping and the files never change). HNSW graphs, the large part, are checksummed and
+read by the background worker; until a graph is adopted its unrestricted searches are exact,
+and a graph found damaged then is rebuilt in the background, with one warning.
+
 Layout: `index/manifest.json` names a generation directory `index/g-<pid>-<time>-<random>/`
 holding the files. A writer fills a new generation directory, then replaces the manifest with
 one rename; `index/.lock` (flock) makes processes sharing the directory take turns.
@@ -18,6 +25,7 @@ import atexit
 import fcntl
 import json
 import logging
+import mmap
 import os
 import re
 import secrets
@@ -26,9 +34,11 @@ import threading
 import time
 import weakref
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import IO, cast
 
+import faiss
 import numpy as np
 
 from memory_node.core.config import MemoryConfig
@@ -44,6 +54,12 @@ READABLE_VERSIONS = (2, 3)  # 2: files beside the manifest, no checksums
 MANIFEST = "manifest.json"
 LOCK_NAME = ".lock"
 PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's write
+
+
+def spare_rows(n: int) -> int:
+    """Rows of room written (as a sparse hole: no disk blocks) after an array's data, so that
+    rows added after the next start do not force a copy of the mapped arrays."""
+    return max(1024, n // 8)
 
 
 def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, float, float]:
@@ -67,6 +83,9 @@ class IndexManager:
         self._lock = threading.RLock()
         self._last_persist = time.monotonic()
         self._worker = GraphWorker()
+        self._graph_sources: dict[Key, GraphSource] = {}  # cached graphs not yet adopted
+        self._graphs_read = threading.Event()  # set: no cached graph is left to read
+        self._graphs_read.set()
 
     def building(self, key: Key) -> bool:
         """Whether `key`'s graph is still being built (its unrestricted searches are exact)."""
@@ -79,9 +98,15 @@ class IndexManager:
             idx.schedule()
         return self._worker.wait_idle(timeout_s)
 
+    def wait_for_cached_graphs(self, timeout_s: float | None = None) -> bool:
+        """Block until the background has read (or given up on) every cached graph; builds
+        and rows still to add are not waited for (benchmarks, tests)."""
+        return self._graphs_read.wait(timeout_s)
+
     def close(self) -> None:
         """Stop graph work (a build in progress stops at its next chunk)."""
         self._worker.stop()
+        self._drop_graph_sources()
 
     # ---- lookup -------------------------------------------------------------------------
     def _new(self, dim: int) -> HNSWIndex:
@@ -225,6 +250,7 @@ class IndexManager:
                     "memory.db", exc.file, exc.why)
 
     def _rebuild(self) -> None:
+        self._drop_graph_sources()
         self._indexes = {}
         self._seq = self.store.max_vector_seq()
         batch: dict[Key, tuple[list[int], list[bytes], list[tuple]]] = {}
@@ -253,23 +279,28 @@ class IndexManager:
             raise CacheDamaged(MANIFEST, "it is newer than memory.db")
         gen = d / manifest.get("dir", ".")
         indexes: dict[Key, HNSWIndex] = {}
-        unusable: list[tuple[str, int]] = []
-        for entry in manifest["keys"]:
-            key = (entry["model_id"], entry["stream"])
-            idx, why = self._load_entry(gen, entry)
-            if why is not None:
-                unusable.append((f"{key[0]}/{key[1]} ({why})", len(idx)))
-            indexes[key] = idx
-        if unusable:  # one warning, however many graphs
-            log.warning("cached HNSW graph of %s not usable: rebuilding it over %d vectors, "
-                        "which can take minutes on a large store",
-                        "; ".join(u[0] for u in unusable), sum(u[1] for u in unusable))
-        self._indexes, self._seq = indexes, seq
+        sources: dict[Key, GraphSource] = {}
+        try:
+            for entry in manifest["keys"]:
+                key = (entry["model_id"], entry["stream"])
+                indexes[key], src = self._load_entry(gen, entry)
+                if src is not None:
+                    sources[key] = src
+        except BaseException:
+            for src in sources.values():
+                src.close()
+            raise
+        self._drop_graph_sources()
+        self._indexes, self._seq, self._graph_sources = indexes, seq, sources
+        if sources:  # ahead of any graph build the feed or a search may schedule
+            self._graphs_read.clear()
+            self._worker.submit(self._load_graphs)
         return True
 
-    def _load_entry(self, gen: Path, entry: dict) -> tuple[HNSWIndex, str | None]:
-        """One key's cached index, checked against its manifest entry; with why its cached
-        graph cannot be used (None when it loaded or there is none)."""
+    def _load_entry(self, gen: Path, entry: dict) -> tuple[HNSWIndex, GraphSource | None]:
+        """One key's cached index, checked against its manifest entry and memory-mapped; with
+        its cached graph's files, opened now (under the cache lock: a writer may replace them
+        once it is released) and read later by the background worker."""
         files = entry.get("files")  # version 2 (no checksums): structure checks only
         base = entry["file"]
 
@@ -279,29 +310,60 @@ class IndexManager:
         for part in ("ids.npy", "vecs.npy", "meta.npy"):
             if files is not None:
                 _check_file(gen, name(part), files.get(part))
-        ids = _np_load(gen, name("ids.npy"))
-        vecs = _np_load(gen, name("vecs.npy"))
-        meta = _np_load(gen, name("meta.npy"))
+        ids, n_ids = _np_map(gen, name("ids.npy"))
+        vecs, n_vecs = _np_map(gen, name("vecs.npy"))
+        meta, n_meta = _np_map(gen, name("meta.npy"))
         n, dim = int(entry["n"]), int(entry["dim"])
-        if ids.shape != (n,) or vecs.shape != (n, dim) or meta.shape != (n, 3):
+        if (n_ids, n_vecs, n_meta) != (n, n, n) or ids.shape[1:] != () \
+                or vecs.shape[1:] != (dim,) or meta.shape[1:] != (3,):
             raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
         if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
             raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
-        if n and (len(np.unique(ids)) != n or ids.min() <= 0):
+        if n and not _unique_positive(ids[:n]):
             raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
         idx = self._new(dim)
-        idx.add(ids, vecs, meta)
+        idx.exact_twin.attach(ids, vecs, meta, n)
         if not entry.get("hnsw"):
             return idx, None
-        if files is not None:
-            try:
-                _check_file(gen, f"{base}.hnsw", files.get("hnsw"))
-                _check_file(gen, f"{base}.graph_ids.npy", files.get("graph_ids.npy"))
-            except CacheDamaged as exc:
-                return idx, f"{exc.file}: {exc.why}"
-        if not idx.load_graph(gen / name("hnsw")):
-            return idx, "built with other settings, or damaged"
-        return idx, None
+        return idx, GraphSource(idx, gen / name("hnsw"), gen / name("graph_ids.npy"),
+                                None if files is None else
+                                {part: files.get(part) for part in ("hnsw", "graph_ids.npy")})
+
+    def _drop_graph_sources(self) -> None:
+        with self._lock:
+            sources, self._graph_sources = list(self._graph_sources.values()), {}
+        for src in sources:
+            src.close()
+        self._graphs_read.set()
+
+    def _load_graphs(self, cancelled: Callable[[], bool]) -> None:
+        """Background: checksum, read and adopt each cached graph; one that does not check
+        out is rebuilt (searches stay exact meanwhile), with one warning for all of them."""
+        unusable: list[tuple[str, int]] = []
+        try:
+            while not cancelled():
+                with self._lock:
+                    if not self._graph_sources:
+                        return
+                    key, src = next(iter(self._graph_sources.items()))
+                why = src.load(cancelled)
+                if cancelled():
+                    return  # stopped (engine closing): the source stays for persist to carry
+                with self._lock:
+                    current = self._graph_sources.get(key) is src
+                    if current:
+                        del self._graph_sources[key]
+                src.close()
+                if why and current:  # not one dropped meanwhile (the cache was rebuilt)
+                    unusable.append((f"{key[0]}/{key[1]} ({why})", len(src.idx)))
+                    src.idx.schedule()
+        finally:
+            if unusable:  # one warning, however many graphs
+                log.warning("cached HNSW graph of %s not usable: rebuilding it over %d "
+                            "vectors in the background (searches of it are exact until "
+                            "then), which can take minutes on a large store",
+                            "; ".join(u[0] for u in unusable), sum(u[1] for u in unusable))
+            self._graphs_read.set()  # read, given up on, or stopped: nothing more to wait for
 
     def _verify_sample(self, per_key: int = 32) -> CacheDamaged | None:
         """Compare a sample of cached rows with memory.db, both ways: each sampled cached
@@ -353,7 +415,7 @@ class IndexManager:
             lock_timeout_s = PERSIST_LOCK_TIMEOUT_S
         with self._lock:
             seq = self._seq
-            snap = [(key, idx, idx.ids(), idx.exact_twin.vectors(), idx.exact_twin.meta())
+            snap = [(key, idx, *idx.exact_twin.snapshot(), self._graph_sources.get(key))
                     for key, idx in self._indexes.items()]
         lock = CacheLock(d, shared=False, timeout_s=lock_timeout_s)
         if not lock.acquire():
@@ -365,15 +427,24 @@ class IndexManager:
             gen = d / gen_name
             gen.mkdir()
             keys = []
-            for key, idx, ids, vecs, meta in snap:
+            for key, idx, ids, vecs, meta, _layout, src in snap:
                 base = _file_base(key)
                 files = {}
                 for part, arr in (("ids.npy", ids), ("vecs.npy", vecs), ("meta.npy", meta)):
                     files[part] = _write_npy(gen / f"{base}.{part}", arr)
                 has_graph = idx.save_graph(gen / f"{base}.hnsw")
+                carried = None
+                if not has_graph and src is not None:
+                    # Still being read: the cached files go on as they are (or, read meanwhile,
+                    # the graph is written).
+                    carried = src.carry(gen, base)
+                    has_graph = carried is None and idx.save_graph(gen / f"{base}.hnsw")
                 if has_graph:
                     for part in ("hnsw", "graph_ids.npy"):
                         files[part] = _file_sum(gen / f"{base}.{part}", fsync=True)
+                elif carried is not None:
+                    files.update(carried)
+                    has_graph = True
                 keys.append({"model_id": key[0], "stream": key[1], "file": base,
                              "n": len(ids), "dim": idx.dim, "hnsw": has_graph, "files": files})
             _fsync_dir(gen)
@@ -388,10 +459,26 @@ class IndexManager:
             os.replace(tmp, d / MANIFEST)
             _fsync_dir(d)
             self._remove_unreferenced(d, gen_name)
+            for key, idx, ids, _v, _m, layout, _s in snap:
+                self._rebase(idx, gen, _file_base(key), len(ids), layout)
         finally:
             lock.release()
         self._last_persist = time.monotonic()
         return True
+
+    @staticmethod
+    def _rebase(idx: HNSWIndex, gen: Path, base: str, n: int, layout: int) -> None:
+        """Map the arrays just written in place of the index's storage: rows added since the
+        start move from private memory to pages the OS can drop, and the files of the
+        generation mapped before (deleted now) free their disk space."""
+        try:
+            ids, vecs, meta = (_np_map(gen, f"{base}.{part}")[0]
+                               for part in ("ids.npy", "vecs.npy", "meta.npy"))
+        except CacheDamaged as exc:  # just written by us under the lock: not expected
+            log.warning("index cache file %s not mapped after writing it (%s)", exc.file,
+                        exc.why)
+            return
+        idx.exact_twin.rebase(ids, vecs, meta, n, layout)
 
     @staticmethod
     def _remove_unreferenced(d: Path, keep: str) -> None:
@@ -418,12 +505,13 @@ class IndexManager:
 # ---- background graph work ----------------------------------------------------------------------
 class GraphWorker:
     """One background thread at the lowest CPU priority doing every index's graph work (full
-    builds in cancellable chunks, then pending rows in short slices), so no query waits."""
+    builds in cancellable chunks, then pending rows in short slices), so no query waits.
+    Other work (reading cached graphs) is submitted as tasks, run before any index's work."""
 
     def __init__(self, threads: int | None = None):
         self.threads = threads or os.cpu_count() or 1
         _WORKERS.add(self)
-        self._queue: list[HNSWIndex] = []
+        self._queue: list[HNSWIndex | Callable[[Callable[[], bool]], None]] = []
         self._cv = threading.Condition()
         self._busy = False
         self._stopped = False
@@ -435,11 +523,25 @@ class GraphWorker:
                 return
             if not any(i is idx for i in self._queue):
                 self._queue.append(idx)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="memory-graph-worker",
-                                                daemon=True)
-                self._thread.start()
-            self._cv.notify_all()
+            self._start()
+
+    def submit(self, task: Callable[[Callable[[], bool]], None]) -> None:
+        """Run `task(cancelled)` in the background ahead of queued index work (a graph read
+        from the cache must not lose its turn to a build of the same graph from scratch)."""
+        with self._cv:
+            if self._stopped:
+                return
+            at = next((i for i, q in enumerate(self._queue) if isinstance(q, HNSWIndex)),
+                      len(self._queue))
+            self._queue.insert(at, task)
+            self._start()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="memory-graph-worker",
+                                            daemon=True)
+            self._thread.start()
+        self._cv.notify_all()
 
     def _run(self) -> None:
         try:  # Linux: nice is per thread; the build's OpenMP threads inherit it
@@ -456,9 +558,12 @@ class GraphWorker:
                 self._busy = True
             more = False
             try:
-                more = idx.work(cancelled=lambda: self._stopped, threads=self.threads)
+                if isinstance(idx, HNSWIndex):
+                    more = idx.work(cancelled=lambda: self._stopped, threads=self.threads)
+                else:
+                    idx(lambda: self._stopped)
             except Exception:  # noqa: BLE001 - searches stay exact; logged once per failure
-                log.exception("building an HNSW graph failed; searches of it stay exact")
+                log.exception("background graph work failed; searches of it stay exact")
             with self._cv:
                 self._busy = False
                 if more and not self._stopped and not any(i is idx for i in self._queue):
@@ -492,6 +597,105 @@ def _stop_workers() -> None:
 
 
 # ---- cache files ------------------------------------------------------------------------------
+class GraphSource:
+    """A cached graph's two files, opened at start-up and read in the background: checksummed,
+    read and handed to its index. Until then a persist carries the files over unchanged
+    (with the checksums the manifest had), so a restart does not lose a graph it never read."""
+
+    def __init__(self, idx: HNSWIndex, graph: Path, graph_ids: Path,
+                 sums: dict[str, dict | None] | None):
+        self.idx, self.sums = idx, sums
+        self.paths = {"hnsw": graph, "graph_ids.npy": graph_ids}
+        self.files: dict[str, IO[bytes]] = {}
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        for part, path in self.paths.items():
+            try:
+                self.files[part] = open(path, "rb")  # noqa: SIM115 - closed by close()
+            except FileNotFoundError:
+                self.error = f"{path.name}: missing"
+                break
+            except OSError as exc:
+                self.error = f"{path.name}: {exc}"
+                break
+
+    def load(self, cancelled: Callable[[], bool]) -> str | None:
+        """Checksum, read and adopt the graph; why it could not be (None when it was)."""
+        if self.error is not None:
+            return self.error
+        with self._lock:
+            if len(self.files) != len(self.paths):
+                return "closed before it was read"
+            if self.sums is not None:
+                for part, fh in self.files.items():
+                    want = self.sums.get(part)
+                    try:
+                        _check_open_file(fh, self.paths[part].name, want)
+                    except CacheDamaged as exc:
+                        return f"{exc.file}: {exc.why}"
+                    if cancelled():
+                        return None
+            try:
+                fh = self.files["hnsw"]
+                fh.seek(0)
+
+                def read(size: int, fh: IO[bytes] = fh) -> bytes:
+                    if cancelled():  # stop a long read when the engine closes
+                        raise InterruptedError("graph work stopped")
+                    return fh.read(size)
+
+                # Not in faiss's generated stubs: a reader over a Python callable.
+                reader = faiss.PyCallbackIOReader(read)  # type: ignore[attr-defined]
+                graph = faiss.read_index(reader)
+                fh = self.files["graph_ids.npy"]
+                fh.seek(0)
+                ids = np.load(fh, allow_pickle=False)
+            except Exception as exc:  # noqa: BLE001 - unreadable means "rebuild"
+                return f"{self.paths['hnsw'].name}: not readable ({type(exc).__name__})"
+        if cancelled():
+            return None
+        if not self.idx.use_graph(graph, ids):
+            return "built with other settings, or damaged"
+        return None
+
+    def carry(self, gen: Path, base: str) -> dict[str, dict] | None:
+        """Put the files into generation `gen` as `base`.*: a hard link when the original is
+        still in place, else a copy of the open file. Their manifest entries, or None (not
+        carried: a version-2 cache has no checksums to carry, or the files are gone)."""
+        if self.sums is None or self.error is not None:
+            return None
+        with self._lock:
+            if len(self.files) != len(self.paths):
+                return None
+            out: dict[str, dict] = {}
+            for part, fh in self.files.items():
+                want = self.sums.get(part)
+                if want is None:
+                    return None
+                dst = gen / f"{base}.{part}"
+                try:
+                    st, own = os.stat(self.paths[part]), os.fstat(fh.fileno())
+                    same = (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+                except OSError:
+                    same = False
+                try:
+                    if same:
+                        os.link(self.paths[part], dst)
+                    else:  # replaced or deleted by another process: copy what we opened
+                        shutil.copyfile(f"/proc/self/fd/{fh.fileno()}", dst)
+                        _file_sum(dst, fsync=True)
+                except OSError:
+                    return None
+                out[part] = dict(want)
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            for fh in self.files.values():
+                fh.close()
+            self.files = {}
+
+
 class CacheDamaged(Exception):
     """A cache file that cannot be trusted: `file` (relative to index/) and why."""
 
@@ -564,13 +768,26 @@ def _read_manifest(path: Path) -> dict:
     return manifest
 
 
+def _crc(fh: IO[bytes]) -> tuple[int, int]:
+    """(size, CRC-32) of an open file, read through one reused buffer: the page cache, not
+    this process, holds what was read (about 2.4 GB/s here: 0.6 s for 1M rows' vectors).
+    pread: the file position is left alone."""
+    crc, done, fd = 0, 0, fh.fileno()
+    buf = bytearray(1 << 23)
+    view = memoryview(buf)
+    while True:
+        got = os.preadv(fd, [view], done)
+        if got <= 0:
+            break
+        crc = zlib.crc32(view[:got], crc)
+        done += got
+    return done, crc
+
+
 def _file_sum(path: Path, fsync: bool = False) -> dict:
-    """Size and CRC-32 of a file, read in chunks (about 5 GB/s here: 0.3 s at 1M rows)."""
-    crc, size = 0, 0
+    """Size and CRC-32 of a file (spare rows included: a hole reads as zeros, fast)."""
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 23):
-            crc = zlib.crc32(chunk, crc)
-            size += len(chunk)
+        size, crc = _crc(fh)
         if fsync:
             os.fsync(fh.fileno())
     return {"size": size, "crc32": f"{crc:08x}"}
@@ -578,30 +795,74 @@ def _file_sum(path: Path, fsync: bool = False) -> dict:
 
 def _check_file(gen: Path, name: str, want: dict | None) -> None:
     path = gen / name
+    if not path.is_file():
+        if want is None:
+            raise CacheDamaged(name, "the manifest lists no checksum for it")
+        raise CacheDamaged(name, "missing")
+    with open(path, "rb") as fh:
+        _check_open_file(fh, name, want)
+
+
+def _check_open_file(fh: IO[bytes], name: str, want: dict | None) -> None:
     if want is None:
         raise CacheDamaged(name, "the manifest lists no checksum for it")
-    if not path.is_file():
-        raise CacheDamaged(name, "missing")
-    size = path.stat().st_size
+    size = os.fstat(fh.fileno()).st_size
     if size != want.get("size"):
         raise CacheDamaged(name, f"{size} bytes where the manifest says {want.get('size')}")
-    if _file_sum(path)["crc32"] != want.get("crc32"):
+    if f"{_crc(fh)[1]:08x}" != want.get("crc32"):
         raise CacheDamaged(name, "its checksum differs from the manifest's (damaged or "
                                  "replaced)")
 
 
-def _np_load(gen: Path, name: str) -> np.ndarray:
+def _unique_positive(ids: np.ndarray) -> bool:
+    """Whether every id is positive and none repeats. Ids are nearly always stored in
+    increasing order: one comparison pass then (np.unique takes 0.6 s per 350k ids here)."""
+    if ids.min() <= 0:
+        return False
+    if (np.diff(ids) > 0).all():
+        return True
+    s = np.sort(ids)
+    return bool((s[1:] != s[:-1]).all())
+
+
+def _np_map(gen: Path, name: str) -> tuple[np.ndarray, int]:
+    """A copy-on-write memory map of an .npy file: (an array over every row the file has room
+    for, the number of rows its header holds). Writes to the array stay in this process."""
     try:
-        return np.load(gen / name, allow_pickle=False)
+        with open(gen / name, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"npy version {version}")
+            if fortran or dtype.hasobject or not shape:
+                raise ValueError("not a C-ordered array of numbers")
+            offset, size = fh.tell(), os.fstat(fh.fileno()).st_size
+            row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            if row <= 0 or size < offset + shape[0] * row:
+                raise ValueError("shorter than its header says")
+            cap = (size - offset) // row
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
     except FileNotFoundError:
         raise CacheDamaged(name, "missing") from None
     except Exception as exc:  # noqa: BLE001 - truncated or not an .npy file
         raise CacheDamaged(name, f"not a readable array ({type(exc).__name__})") from None
+    count = cap * (row // dtype.itemsize)
+    arr = np.frombuffer(mm, dtype, count=count, offset=offset).reshape((cap, *shape[1:]))
+    return arr, int(shape[0])
 
 
 def _write_npy(path: Path, arr: np.ndarray) -> dict:
+    """Write `arr` as .npy followed by `spare_rows` of room (a hole: no disk blocks until
+    written, and nothing ever writes it: rows added after a start go to private pages)."""
+    arr = np.ascontiguousarray(arr)
     with open(path, "wb") as fh:
-        np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+        np.save(fh, arr, allow_pickle=False)
+        if arr.ndim:
+            row = arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+            fh.truncate(fh.tell() + spare_rows(len(arr)) * row)
         fh.flush()
         os.fsync(fh.fileno())
     return _file_sum(path)

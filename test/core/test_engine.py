@@ -247,6 +247,7 @@ def test_graph_cached_with_other_settings_is_rebuilt_and_said(tmp_path, caplog):
     eng.close()
     with caplog.at_level("WARNING", logger="memory_node.index"):
         eng = make_engine(root, hnsw_min_rows=5, hnsw_storage="sq8")
+        assert eng.indexes.wait_for_cached_graphs(60)  # cached graphs are read in the background
     assert "cached HNSW graph of" in caplog.text and "events" in caplog.text
     got = call(eng.search, '{"semantic_query": "a blue door", "k": 3}')["results"]
     assert [r["id"] for r in got] == [r["id"] for r in want]

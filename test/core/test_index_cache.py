@@ -185,9 +185,12 @@ def test_damaged_cache_never_changes_an_answer(clean_store, tmp_path, caplog, fa
     damage(root, older)
     with caplog.at_level(logging.WARNING, logger="memory_node"):
         eng = make_engine(root, FakeClock(clock.t), PoseBox(), **CFG)
-        got = _answers(eng)
+        got = _answers(eng)  # cached graphs may still be read: answers are exact meanwhile
+        assert eng.indexes.wait_for_graphs(60)  # a damaged graph is found in the background
+        got_after = _answers(eng)
     eng.close()
     assert got == want, f"{fault}: answers differ from the clean store's"
+    assert got_after == want, f"{fault}: answers differ once the graphs were read"
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     if named is None:
         assert warnings == []
@@ -268,6 +271,7 @@ def _loads_clean(root: Path, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="memory_node"):
         mgr = _manager(root)
         mgr.load_or_rebuild()
+        assert mgr.wait_for_cached_graphs(120)  # cached graphs are checked in the background
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     rows = mgr.store.vector_rows(range(1, 10**6))
     assert mgr.total() == len(rows)

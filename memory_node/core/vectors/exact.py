@@ -36,6 +36,7 @@ class ExactIndex(VectorIndex):
         self._n = 0
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
         self._ids_increasing = True  # ids strictly increase with position: no sort needed
+        self.layout = 0  # changes whenever a row changes position (a removal)
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -49,6 +50,47 @@ class ExactIndex(VectorIndex):
 
     def meta(self) -> np.ndarray:
         return self._meta[: self._n]
+
+    def attach(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray, n: int) -> None:
+        """Use the given arrays as storage, without copying: rows [0, n) are the index, rows
+        from n on are room for later adds. Meant for memory-mapped cache files (a copy-on-write
+        mapping with spare rows after the data): the OS pages the vectors in as searches touch
+        them, and rows added later go to private pages of the mapping, never to the file."""
+        if len(self):
+            raise ValueError("attach() needs an empty index")
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise ValueError(f"vector dimension {vectors.shape} != index dimension {self.dim}")
+        cap = min(len(ids), len(vectors), len(meta))
+        if not 0 <= n <= cap or ids.dtype != np.int64 or vectors.dtype != np.float32 \
+                or meta.dtype != np.float64 or meta.shape[1:] != (3,):
+            raise ValueError("attach(): arrays of the wrong type or too short")
+        with self._lock:
+            self._ids, self._vecs, self._meta = ids[:cap], vectors[:cap], meta[:cap]
+            self._n = n
+            self._sorted = None
+            self._ids_increasing = bool(n < 2 or (np.diff(ids[:n]) > 0).all())
+            self.layout += 1
+
+    def rebase(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray, n: int,
+               layout: int) -> bool:
+        """Move storage onto arrays whose rows [0, n) hold this index's rows [0, n) as they
+        were at `layout` (a cache file just written from them, mapped): rows added since are
+        copied over. Frees the copies (or the mapping of an older file, whose disk space the
+        OS then reclaims). False, and nothing changed, when rows moved since or do not fit."""
+        with self._lock:
+            cap = min(len(ids), len(vectors), len(meta))
+            if layout != self.layout or self._n < n or self._n > cap:
+                return False
+            m = self._n
+            ids[n:m], vectors[n:m], meta[n:m] = self._ids[n:m], self._vecs[n:m], self._meta[n:m]
+            self._ids, self._vecs, self._meta = ids[:cap], vectors[:cap], meta[:cap]
+            return True
+
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(ids, vectors, meta, layout) as one view: rows below their length are never
+        written again (adds go after them; a removal makes new arrays and a new layout)."""
+        with self._lock:
+            return self.ids(), self.vectors(), self.meta(), self.layout
 
     def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
         ids, vectors = self._check(ids, vectors)
@@ -95,6 +137,7 @@ class ExactIndex(VectorIndex):
                 self._tval = self._tval[: self._tk][alive]
                 self._tk = self._tn = len(self._tpos)
                 self._n = len(self._ids)
+                self.layout += 1
                 self._sorted = None
                 ids_now = self._ids[: self._n]
                 self._ids_increasing = bool((np.diff(ids_now) > 0).all())

@@ -353,6 +353,11 @@ class HNSWIndex(VectorIndex):
             ids = np.load(path.with_suffix(".graph_ids.npy"))
         except Exception:  # noqa: BLE001 - a corrupt cache file just means "rebuild"
             return False
+        return self.use_graph(graph, ids)
+
+    def use_graph(self, graph: faiss.Index, ids: np.ndarray) -> bool:
+        """Adopt a graph read elsewhere (node i holds id ids[i]) if it was built with these
+        settings; False (and no change) otherwise."""
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
         if graph.ntotal != len(ids) or ids.dtype != np.int64:
