@@ -243,7 +243,7 @@ def section_query(n: int, seed: int, vectors: str, nq: int, raw_dir: Path,
             log(f"  {n} {kind:9s} p50 {out['kinds'][kind]['latency_ms']['p50']:.3f} ms "
                 f"p99 {out['kinds'][kind]['latency_ms']['p99']:.3f} ms "
                 f"exact {exact / nq:.3f} recall {recall / nq:.3f}")
-        out["ef_sweep"] = _ef_sweep(eng, ds, queries, ms=(16, 32) if n <= 100_000 else ())
+        out["ef_sweep"] = _ef_sweep(eng, ds, queries)
         # Brute-force mat-vec over all rows, for comparison with the index.
         q = np.asarray(queries[0]["vec"], np.float32)
         bl = []

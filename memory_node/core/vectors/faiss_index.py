@@ -82,9 +82,9 @@ DEAD_REBUILD_SHARE = 0.2
 # The most time a background step holds the graph while adding rows to it (queries wait that
 # long at most); rows are added in chunks sized to it.
 EXTEND_SLICE_S = 0.01
-# A search restricted to some parts uses the graph (their rows as a filter on its nodes) only
-# when they hold at least this share of the graph's rows; smaller selections are scanned
-# exactly, which is both exact and cheaper than walking a graph whose nodes mostly do not pass.
+# A search restricted to some parts uses the graph only when they hold at least this share of
+# its rows: it fetches the graph's nearest rows, 1/share times as many as an unrestricted search,
+# and keeps those of the parts. Smaller selections are scanned exactly.
 GRAPH_MIN_SHARE = 0.2
 
 
@@ -128,7 +128,6 @@ class GraphIndex:
         self.builds = 0  # graphs built over every part (not counting rows added later)
         self._scheduled = False
         self._chunk = 16  # pending rows added per background step, sized to EXTEND_SLICE_S
-        self._selectors: dict[tuple[tuple[int, ...], int], tuple[object, np.ndarray]] = {}
         self._lock = threading.RLock()  # state above
         self._glock = threading.Lock()  # the faiss graph object (search vs add)
 
@@ -328,7 +327,6 @@ class GraphIndex:
                 pend_codes.append(np.full(len(p), c, np.int16))
             with self._glock:
                 self._hnsw, self._hnsw_ids, self._hnsw_codes = graph, graph_ids, new_codes
-                self._selectors = {}
             self._pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
             self._pending_codes = (np.concatenate(pend_codes) if pend_codes
                                    else np.empty(0, np.int16))
@@ -376,9 +374,15 @@ class GraphIndex:
 
     def search_parts(self, query: np.ndarray, k: int, parts: Collection[str] | None = None
                      ) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Top-k (ids, scores) over every part, or over the named ones (their rows as a filter
-        on the graph's nodes when they hold `GRAPH_MIN_SHARE` of it, else an exact scan), and
-        whether the answer is exact only because the graph is still being built."""
+        """Top-k (ids, scores) over every part, or over the named ones, and whether the answer
+        is exact only because the graph is still being built.
+
+        Named parts holding `GRAPH_MIN_SHARE` of the rows are searched in the graph: its
+        nearest `rerank` / share rows, those of the parts kept. When fewer than `rerank` of
+        them are the parts' (their rows lie apart from the query: a filter inside the graph
+        walk then misses most of their nearest rows, measured at recall@5 0.95 on captions),
+        the parts are scanned exactly; when at least that many are, the parts' k best are
+        among them as surely as an unrestricted search's. Smaller parts are scanned exactly."""
         names = list(self.parts) if parts is None else [p for p in self.parts if p in parts]
         sel_n = sum(len(self.parts[p]) for p in names)
         total = len(self)
@@ -404,17 +408,13 @@ class GraphIndex:
         # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
         # candidates re-scored exactly; more when tombstones take some of them.
         want = max(k + 8, self.rerank)
+        fetch = want if not restricted else int(np.ceil(want * total / max(1, sel_n)))
         with self._glock:  # graph, ids and codes as one (a background slice may extend them)
             graph, graph_ids, graph_codes = self._hnsw, self._hnsw_ids, self._hnsw_codes
             assert graph is not None  # once built, the graph is only ever replaced
             g = len(graph_ids)
-            want_g = min(g, int(np.ceil(want * g / max(1, g - dead))) + (8 if dead else 0))
-            ef = self.ef_for(g)
-            if restricted:  # fewer nodes pass: a wider search finds as many of them
-                ef = int(min(4 * ef, np.ceil(ef * total / max(1, sel_n))))
-                params = _hnsw_params(ef, self._selector(codes, graph_codes))
-            else:
-                params = _hnsw_params(ef)
+            want_g = min(g, int(np.ceil(fetch * g / max(1, g - dead))) + (8 if dead else 0))
+            params = _hnsw_params(max(self.ef_for(g), want_g))
             _, pos = graph.search(q.reshape(1, -1), want_g, params=params)
         pos = pos[0][pos[0] >= 0]
         cand = np.concatenate([graph_ids[pos], pending])
@@ -428,22 +428,11 @@ class GraphIndex:
                 scores_l.append(s)
         ids = np.concatenate(ids_l) if ids_l else np.empty(0, np.int64)
         scores = np.concatenate(scores_l) if scores_l else np.empty(0, np.float32)
-        if len(ids) - min(len(pending), len(ids)) < min(k, sel_n - len(pending)):
-            return (*self.exact_search(q, k, names), False)  # tombstones took too many
+        from_graph = len(ids) - min(len(pending), len(ids))
+        if from_graph < (min(want, sel_n - len(pending)) if restricted
+                         else min(k, sel_n - len(pending))):
+            return (*self.exact_search(q, k, names), False)  # too few: see above
         return (*top_k(ids, scores, k), False)
-
-    def _selector(self, codes: tuple[int, ...], graph_codes: np.ndarray) -> object:
-        """A faiss selector of the graph positions whose row is in one of `codes`, cached per
-        selection and graph size (the graph grows between background slices)."""
-        key = (codes, len(graph_codes))
-        hit = self._selectors.get(key)
-        if hit is None:
-            bits = np.packbits(np.isin(graph_codes, codes), bitorder="little")
-            # The selector reads `bits` in place: keep both.
-            hit = (faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits)), bits)
-            self._selectors = {k: v for k, v in self._selectors.items() if k[1] == key[1]}
-            self._selectors[key] = hit
-        return hit[0]
 
     # ---- persistence of the graph (the expensive part to rebuild) -------------------------
     def save_graph(self, path: Path) -> bool:
@@ -476,12 +465,10 @@ class GraphIndex:
         return True
 
 
-def _hnsw_params(ef: int, sel: object | None = None) -> faiss.SearchParameters:
+def _hnsw_params(ef: int) -> faiss.SearchParameters:
     """HNSW search parameters (faiss's stubs know neither the class nor its keywords)."""
     params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = ef
-    if sel is not None:
-        params.sel = sel
     return params
 
 
