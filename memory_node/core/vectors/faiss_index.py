@@ -83,8 +83,8 @@ DEAD_REBUILD_SHARE = 0.2
 # long at most); rows are added in chunks sized to it.
 EXTEND_SLICE_S = 0.01
 # A search restricted to some parts uses the graph only when they hold at least this share of
-# its rows: it fetches the graph's nearest rows, 1/share times as many as an unrestricted search,
-# and keeps those of the parts. Smaller selections are scanned exactly.
+# its rows: it fetches the graph's nearest rows, 1/share times as many as an unrestricted
+# search, and keeps those of the parts. Smaller selections are scanned exactly.
 GRAPH_MIN_SHARE = 0.2
 
 
@@ -378,11 +378,12 @@ class GraphIndex:
         is exact only because the graph is still being built.
 
         Named parts holding `GRAPH_MIN_SHARE` of the rows are searched in the graph: its
-        nearest `rerank` / share rows, those of the parts kept. When fewer than `rerank` of
-        them are the parts' (their rows lie apart from the query: a filter inside the graph
-        walk then misses most of their nearest rows, measured at recall@5 0.95 on captions),
-        the parts are scanned exactly; when at least that many are, the parts' k best are
-        among them as surely as an unrestricted search's. Smaller parts are scanned exactly."""
+        nearest `rerank` / share rows, those of the parts kept. When fewer than k + 8 of them
+        are the parts' (their rows lie apart from the query: a filter inside the graph walk
+        then misses most of their nearest rows, measured at recall@5 0.95 on captions), the
+        parts are scanned exactly; when at least that many are, the parts' k best are among
+        the graph's nearest rows as surely as an unrestricted search's. Smaller parts are
+        scanned exactly."""
         names = list(self.parts) if parts is None else [p for p in self.parts if p in parts]
         sel_n = sum(len(self.parts[p]) for p in names)
         total = len(self)
@@ -429,7 +430,7 @@ class GraphIndex:
         ids = np.concatenate(ids_l) if ids_l else np.empty(0, np.int64)
         scores = np.concatenate(scores_l) if scores_l else np.empty(0, np.float32)
         from_graph = len(ids) - min(len(pending), len(ids))
-        if from_graph < (min(want, sel_n - len(pending)) if restricted
+        if from_graph < (min(k + 8, sel_n - len(pending)) if restricted
                          else min(k, sel_n - len(pending))):
             return (*self.exact_search(q, k, names), False)  # too few: see above
         return (*top_k(ids, scores, k), False)
