@@ -36,8 +36,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="smoke scale: 2k rows, few queries, no peers (seconds, not minutes)")
     p.add_argument("--scales", default=None, help="row counts, e.g. 10k,100k,1M")
-    p.add_argument("--vectors", default="auto", choices=("auto", "synthetic", "minilm"),
-                   help="auto: MiniLM text embeddings up to 100k rows, synthetic above")
+    p.add_argument("--vectors", default="auto", choices=("auto", "synthetic", "minilm",
+                                                         "overlap"),
+                   help="auto: MiniLM text embeddings up to 100k rows, synthetic above; "
+                   "overlap: synthetic clusters that overlap (harder for the graph)")
     p.add_argument("--only", default=None, help=f"comma list of sections: {','.join(SECTIONS)}")
     p.add_argument("--skip", default="", help="comma list of sections to leave out")
     p.add_argument("--queries", type=int, default=None, help="queries per kind (default 300)")
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         run("embed", {"nq": nq}, lambda: eb.section_embed(min(nq, 200), log))
     for n in scales:
         v = vectors_for(n, args.vectors, quick)
-        lab = scale_label(n)
+        # Results of other vectors than the default at this scale are kept beside its own.
+        lab = scale_label(n) + ("" if v == vectors_for(n, "auto", quick) else f"_{v}")
         base = {"n": n, "vectors": v, "seed": args.seed}
         # Fewer queries above 100k: a pass over every kind must stay within minutes there.
         qn = nq if n <= 100_000 else min(nq, 50)

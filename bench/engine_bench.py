@@ -49,7 +49,8 @@ Log = Callable[[str], None]
 WINDOW_S = 6 * 3600.0
 RADIUS = 3.0
 K = 5
-QUERY_KINDS = ("stream", "near", "time", "semantic", "combined")
+QUERY_KINDS = ("stream", "near", "time", "semantic", "stream_semantic", "combined")
+SEMANTIC_KINDS = ("semantic", "stream_semantic", "combined")
 
 
 # ---- queries and brute force ------------------------------------------------------------------
@@ -80,6 +81,8 @@ def request_json(kind: str, q: dict[str, Any]) -> str:
         obj["after_seconds_ago"] = WINDOW_S
     elif kind == "semantic":
         obj["semantic_query"] = q["text"]
+    elif kind == "stream_semantic":
+        obj.update(stream=q["stream"], semantic_query=q["text"])
     elif kind == "combined":
         obj.update(stream="camera", near_x=nx, near_y=ny, radius=RADIUS,
                    after_seconds_ago=WINDOW_S, semantic_query=q["text"])
@@ -88,7 +91,7 @@ def request_json(kind: str, q: dict[str, Any]) -> str:
 
 def candidate_mask(ds: Dataset, kind: str, q: dict[str, Any]) -> np.ndarray:
     nx, ny = q["near"]
-    if kind == "stream":
+    if kind in ("stream", "stream_semantic"):
         return ds.stream == STREAMS.index(q["stream"])
     if kind == "near":
         return (ds.x - nx) ** 2 + (ds.y - ny) ** 2 <= RADIUS * RADIUS
@@ -102,13 +105,14 @@ def candidate_mask(ds: Dataset, kind: str, q: dict[str, Any]) -> np.ndarray:
     return m
 
 
-def brute_force(ds: Dataset, kind: str, q: dict[str, Any]) -> tuple[list[int], list[float]]:
+def brute_force(ds: Dataset, kind: str, q: dict[str, Any], k: int = K
+                ) -> tuple[list[int], list[float]]:
     """The reference answer: filter every row, then rank (score desc, id desc) or newest first."""
     idx = np.nonzero(candidate_mask(ds, kind, q))[0]
     ids = idx + 1
-    if kind in ("semantic", "combined"):
+    if kind in SEMANTIC_KINDS:
         scores = ds.vecs[idx] @ np.asarray(q["vec"], np.float32)
-        order = np.lexsort((-ids, -scores))[:K]
+        order = np.lexsort((-ids, -scores))[:k]
         return ids[order].tolist(), scores[order].tolist()
     order = np.lexsort((-ids, -ds.t[idx]))[:K]
     return ids[order].tolist(), []
@@ -189,10 +193,13 @@ def section_query(n: int, seed: int, vectors: str, nq: int, raw_dir: Path,
     out: dict[str, Any] = {
         "n": n, "vectors": vectors, "queries_per_kind": nq, "k": K, "radius_m": RADIUS,
         "window_s": WINDOW_S,
-        "index": {"kind": ("per-stream HNSW (faiss IndexHNSWSQ 8-bit, inner product, best "
-                           f"{cfg.hnsw_rerank} re-scored exactly)" if cfg.hnsw_storage == "sq8"
-                           else "per-stream HNSW (faiss IndexHNSWFlat, inner product)")
-                          + " for unfiltered search, exact numpy scoring of filtered candidates",
+        "index": {"kind": ("one HNSW graph per model over every stream (faiss IndexHNSWSQ "
+                           f"8-bit, inner product, best {cfg.hnsw_rerank} re-scored exactly)"
+                           if cfg.hnsw_storage == "sq8" else
+                           "one HNSW graph per model over every stream (faiss IndexHNSWFlat, "
+                           "inner product)")
+                          + " for unfiltered search (a stream as a filter on its nodes), exact "
+                          "numpy scoring of filtered candidates",
                   "hnsw_storage": cfg.hnsw_storage, "hnsw_rerank": cfg.hnsw_rerank,
                   "hnsw_m": cfg.hnsw_m, "ef_construction": cfg.hnsw_ef_construction,
                   "ef_search": cfg.hnsw_ef_search, "hnsw_min_rows": cfg.hnsw_min_rows,
@@ -220,7 +227,7 @@ def section_query(n: int, seed: int, vectors: str, nq: int, raw_dir: Path,
                 short += len(got) < min(K, cands[-1])
             # The typed planner alone (no JSON parse/serialise), for the semantic kinds.
             typed = None
-            if kind in ("semantic", "combined"):
+            if kind in SEMANTIC_KINDS:
                 parsed = [eng.parse_search(r) for r in reqs]
                 tl = []
                 for req in parsed:
@@ -258,41 +265,68 @@ def section_query(n: int, seed: int, vectors: str, nq: int, raw_dir: Path,
     return out
 
 
-def _ef_sweep(eng: Any, ds: Dataset, queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Semantic-only latency (typed planner) and recall@5 at several HNSW efSearch values."""
-    graphs = [eng.indexes.get(k) for k in eng.indexes.keys_for(None)]
-    graphs = [g for g in graphs if getattr(g, "_hnsw", None) is not None]
-    if not graphs:
+def _ef_sweep(eng: Any, ds: Dataset, queries: list[dict[str, Any]],
+              ms: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """Semantic-only latency (typed planner) and recall@5 / recall@10 against brute force at
+    several efSearch values, for the engine's graph and for graphs of other M (`ms`, built
+    here over the same rows); recall@5 of one-stream semantic queries beside them."""
+    from memory_node.core.vectors.faiss_index import GraphIndex
+
+    graphs = eng.indexes.graphs()
+    model = ds.model_id
+    g0 = graphs.get(model)
+    if g0 is None or g0.exact:
         return []
-    reqs = [eng.parse_search(request_json("semantic", q)) for q in queries]
-    refs = [brute_force(ds, "semantic", q)[0] for q in queries]
-    old = [g._hnsw.hnsw.efSearch for g in graphs]
+    refs = {kind: [brute_force(ds, kind, q, 10)[0] for q in queries]
+            for kind in ("semantic", "stream_semantic")}
+    reqs = {(kind, k): [eng.parse_search(request_json(kind, q).replace(
+        f'"k": {K}', f'"k": {k}')) for q in queries]
+        for kind in ("semantic", "stream_semantic") for k in (K, 10)}
     out = []
+    variants: list[tuple[int, Any, float | None]] = [(g0.m, g0, None)]
+    for m in ms:
+        t0 = time.perf_counter()
+        g = GraphIndex(g0.dim, m=m, ef_construction=g0.ef_construction, min_rows=g0.min_rows,
+                       storage=g0.storage, rerank=g0.rerank)
+        for name, part in g0.parts.items():
+            g.attach(name, part)
+        g.build()
+        variants.append((m, g, time.perf_counter() - t0))
     try:
-        for ef in (16, 32, 64, 128, 256):
-            for g in graphs:
-                g._hnsw.hnsw.efSearch = ef
-            lat, rec = [], 0.0
-            for req, ref in zip(reqs, refs):
-                t0 = time.perf_counter_ns()
-                pairs, _ = eng.run_search(req)
-                lat.append((time.perf_counter_ns() - t0) / 1e6)
-                rec += len({o.id for o, _ in pairs} & set(ref)) / max(1, len(ref))
-            out.append({"ef_search": ef, "typed_ms": percentiles(lat),
-                        "recall_at_k": round(rec / len(reqs), 4)})
+        for m, g, build_s in variants:
+            eng.indexes._graphs[model] = g  # noqa: SLF001 - the sweep swaps graphs in place
+            for ef in (16, 32, 48, 64, 96, 128, 192, 256, 384):
+                g.ef_for = lambda n, ef=ef: ef  # this graph instance only
+                row: dict[str, Any] = {"m": m, "ef_search": ef, "nodes": g.nodes}
+                if build_s is not None:
+                    row["build_s"] = round(build_s, 1)
+                for kind in ("semantic", "stream_semantic"):
+                    lat, rec5, rec10 = [], 0.0, 0.0
+                    for req, ref in zip(reqs[(kind, K)], refs[kind]):
+                        t0n = time.perf_counter_ns()
+                        pairs, _ = eng.run_search(req)
+                        lat.append((time.perf_counter_ns() - t0n) / 1e6)
+                        rec5 += len({o.id for o, _ in pairs} & set(ref[:K])) / max(1, len(ref[:K]))
+                    for req, ref in zip(reqs[(kind, 10)], refs[kind]):
+                        pairs, _ = eng.run_search(req)
+                        rec10 += len({o.id for o, _ in pairs} & set(ref)) / max(1, len(ref))
+                    pre = "" if kind == "semantic" else "stream_"
+                    row[pre + "typed_ms"] = percentiles(lat)
+                    row[pre + "recall_at_5"] = round(rec5 / len(queries), 4)
+                    row[pre + "recall_at_10"] = round(rec10 / len(queries), 4)
+                out.append(row)
     finally:
-        for g, ef in zip(graphs, old):
-            g._hnsw.hnsw.efSearch = ef
+        eng.indexes._graphs[model] = g0  # noqa: SLF001
+        for _m, g, _b in variants:
+            g.__dict__.pop("ef_for", None)
     return out
 
 
 def _effective_ef(eng: Any) -> dict[str, int | None]:
-    """efSearch each stream's graph actually uses (the engine scales it with graph size)."""
-    out: dict[str, int | None] = {}
-    for key in eng.indexes.keys_for(None):
-        g = getattr(eng.indexes.get(key), "_hnsw", None)
-        out[key[1]] = None if g is None else int(g.hnsw.efSearch)
-    return out
+    """efSearch each model's graph uses for a search over every stream (it grows with the
+    graph's size)."""
+    return {m: (None if g.exact else g.ef_for(g.nodes))
+            for m, g in eng.indexes.graphs().items()}
 
 
 # ---- prototypes of suggested fixes (before/after, in a scratch copy) ---------------------------

@@ -57,8 +57,7 @@ def section_index(n: int, seed: int, vectors: str, nq: int, scratch: Path, log: 
     eng = open_engine(d / "memory", ds, queries)
     _timed_search(eng, sem[:20] + comb[:20])  # warm-up
     idle = {"semantic": _p(_timed_search(eng, sem)[0]), "combined": _p(_timed_search(eng, comb)[0])}
-    graphs = [eng.indexes.get(k) for k in eng.indexes.keys_for(None)]
-    graphs = [g for g in graphs if g is not None and not g.exact]
+    graphs = [g for g in eng.indexes.graphs().values() if not g.exact]
     t0 = time.perf_counter()
     for g in graphs:
         g.request_rebuild()
@@ -80,7 +79,7 @@ def section_index(n: int, seed: int, vectors: str, nq: int, scratch: Path, log: 
     rebuild_s = time.perf_counter() - t0
     during = {"semantic": _p(lat_s), "combined": _p(lat_c)}
     out["rebuild"] = {
-        "graphs": [f"{g.exact_twin.dim}-d x {len(g)}" for g in graphs],
+        "graphs": [f"{g.dim}-d x {len(g)}" for g in graphs],
         "rebuild_s": round(rebuild_s, 1), "rounds": rounds, "idle": idle, "during": during,
         "ratio_p50": {k: round(during[k]["p50"] / idle[k]["p50"], 2) for k in idle},
         "ratio_p99": {k: round(during[k]["p99"] / idle[k]["p99"], 2) for k in idle}}
@@ -111,8 +110,7 @@ def section_index(n: int, seed: int, vectors: str, nq: int, scratch: Path, log: 
                              queries)
     eng.indexes.close()  # no background worker: measure the inline build alone
     t0 = time.perf_counter()
-    for k in eng.indexes.keys_for(None):
-        g = eng.indexes.get(k)
+    for g in eng.indexes.graphs().values():
         if len(g) >= g.min_rows:
             g.build()
     inline_build_s = time.perf_counter() - t0

@@ -158,7 +158,8 @@ def section_peers(n: int, seed: int, vectors: str, nq: int, peers: list[str], ra
                 "latency_ms": percentiles(pooled),
                 "p50_first_pass": percentiles(passes[0][label][kind]["lat"])["p50"],
                 "p50_last_pass": percentiles(passes[-1][label][kind]["lat"])["p50"],
-                "exact_fraction": min(p[label][kind]["exact_fraction"] for p in passes)}
+                "exact_fraction": min(p[label][kind]["exact_fraction"] for p in passes),
+                "recall_at_k": min(p[label][kind]["recall_at_k"] for p in passes)}
     for peer, r in raw.items():
         out["peers"][peer] = _summarise(peer, r, refs, out, log)
     return out
@@ -176,11 +177,14 @@ def _measure_ours(mem: Path, ds: Any, queries: list[dict[str, Any]]) -> dict[str
                 reqs = [request_json(kind, q) for q in queries]
                 _timed_search(eng, reqs[:10])
                 lat, outs = _timed_search(eng, reqs)
-                ex = sum(same_result([r["id"] for r in o["results"]],
-                                     [r["score"] for r in o["results"]],
-                                     *brute_force(ds, kind, q))
-                         for q, o in zip(queries, outs))
-                res[label][kind] = {"lat": lat, "exact_fraction": ex / len(queries)}
+                ex = rec = 0.0
+                for q, o in zip(queries, outs):
+                    ref, ref_s = brute_force(ds, kind, q)
+                    got = [r["id"] for r in o["results"]]
+                    ex += same_result(got, [r["score"] for r in o["results"]], ref, ref_s)
+                    rec += len(set(got) & set(ref)) / len(ref) if ref else float(not got)
+                res[label][kind] = {"lat": lat, "exact_fraction": ex / len(queries),
+                                    "recall_at_k": round(rec / len(queries), 4)}
         finally:
             undo()
             eng.store.close()

@@ -1,4 +1,6 @@
-"""The in-memory vector indexes, one per (embedding model, stream), kept in step with memory.db.
+"""The in-memory vector indexes, kept in step with memory.db: one exact index per (embedding
+model, stream), and one HNSW graph per embedding model over the rows of all its streams (built
+and extended in the background; searches are exact until it is ready).
 
 The indexes are a cache: `index/` holds their last persisted state (vectors, ids and HNSW
 graphs) with a manifest naming the database, the change-feed position it reflects, and the
@@ -36,21 +38,23 @@ import weakref
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 import faiss
 import numpy as np
 
 from memory_node.core.config import MemoryConfig
 from memory_node.core.store.sqlite_store import SqliteObservationStore
-from memory_node.core.vectors import make_index
-from memory_node.core.vectors.faiss_index import HNSWIndex
+from memory_node.core.vectors.exact import ExactIndex
+from memory_node.core.vectors.faiss_index import GraphIndex
 
 log = logging.getLogger("memory_node.index")
 
 Key = tuple[str, str]  # (model_id, stream)
-MANIFEST_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # 2: files beside the manifest, no checksums
+MANIFEST_VERSION = 4
+# 2: files beside the manifest, no checksums; 2 and 3: a graph per stream (not read: one graph
+# per model is built in the background instead).
+READABLE_VERSIONS = (2, 3, 4)
 MANIFEST = "manifest.json"
 LOCK_NAME = ".lock"
 PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's write
@@ -73,29 +77,42 @@ def _file_base(key: Key) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{key[0]}__{key[1]}")
 
 
+def _graph_base(model_id: str) -> str:
+    """Files of a model's graph: `<model>.graph.hnsw` and `<model>.graph.graph_ids.npy`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model_id}.graph")
+
+
 class IndexManager:
     def __init__(self, config: MemoryConfig, store: SqliteObservationStore):
         self.config = config
         self.store = store
-        self._indexes: dict[Key, HNSWIndex] = {}
+        self._indexes: dict[Key, ExactIndex] = {}
+        self._graphs: dict[str, GraphIndex] = {}  # model id -> its graph over every stream
         self._seq = 0
         self._data_version: int | None = None
         self._lock = threading.RLock()
         self._last_persist = time.monotonic()
         self._worker = GraphWorker()
-        self._graph_sources: dict[Key, GraphSource] = {}  # cached graphs not yet adopted
+        self._graph_sources: dict[str, GraphSource] = {}  # model id -> cached graph to read
         self._graphs_read = threading.Event()  # set: no cached graph is left to read
         self._graphs_read.set()
+        self._starting = False  # graphs made while loading wait for the end to be scheduled
 
-    def building(self, key: Key) -> bool:
-        """Whether `key`'s graph is still being built (its unrestricted searches are exact)."""
-        idx = self._indexes.get(key)
-        return idx is not None and idx.building
+    def building(self, model_id: str) -> bool:
+        """Whether `model_id`'s graph is still being built (searches it would serve are exact)."""
+        graph = self._graphs.get(model_id)
+        return graph is not None and graph.building
+
+    def graph(self, model_id: str) -> GraphIndex | None:
+        return self._graphs.get(model_id)
+
+    def graphs(self) -> dict[str, GraphIndex]:
+        return dict(self._graphs)
 
     def wait_for_graphs(self, timeout_s: float | None = None) -> bool:
         """Block until the background worker has nothing left to do (benchmarks, tests)."""
-        for idx in list(self._indexes.values()):
-            idx.schedule()
+        for graph in list(self._graphs.values()):
+            graph.schedule()
         return self._worker.wait_idle(timeout_s)
 
     def wait_for_cached_graphs(self, timeout_s: float | None = None) -> bool:
@@ -109,13 +126,41 @@ class IndexManager:
         self._drop_graph_sources()
 
     # ---- lookup -------------------------------------------------------------------------
-    def _new(self, dim: int) -> HNSWIndex:
-        c = self.config
-        idx = make_index("hnsw", dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
-                         ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows,
-                         gather_max=c.exact_gather_max, storage=c.hnsw_storage,
-                         rerank=c.hnsw_rerank, scheduler=self._worker.schedule)
-        return cast(HNSWIndex, idx)  # make_index("hnsw", ...) makes one
+    def _new(self, dim: int) -> ExactIndex:
+        return ExactIndex(dim, gather_max=self.config.exact_gather_max)
+
+    def _graph_of(self, model_id: str, dim: int) -> GraphIndex:
+        graph = self._graphs.get(model_id)
+        if graph is None:
+            c = self.config
+            graph = self._graphs[model_id] = GraphIndex(
+                dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
+                ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows, storage=c.hnsw_storage,
+                rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule)
+        return graph
+
+    def _attach(self, indexes: dict[Key, ExactIndex]) -> None:
+        """Make `indexes` the exact indexes, each covered by its model's graph."""
+        self._indexes, self._graphs = {}, {}
+        for key, idx in indexes.items():
+            self._indexes[key] = idx
+            self._graph_of(key[0], idx.dim).attach(key[1], idx)
+
+    def _twin(self, key: Key, dim: int) -> ExactIndex:
+        idx = self._indexes.get(key)
+        if idx is None:
+            idx = self._indexes[key] = self._new(dim)
+            self._graph_of(key[0], dim).attach(key[1], idx)
+        return idx
+
+    def search(self, model_id: str, query: np.ndarray, k: int,
+               streams: tuple[str, ...] | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Top-k of `model_id`'s rows in every stream (or in `streams`), and whether the answer
+        is exact only because the model's graph is still being built."""
+        graph = self._graphs.get(model_id)
+        if graph is None:
+            return np.empty(0, np.int64), np.empty(0, np.float32), False
+        return graph.search_parts(query, k, streams)
 
     def keys_for(self, streams: tuple[str, ...] | None) -> list[Key]:
         with self._lock:
@@ -129,7 +174,7 @@ class IndexManager:
                 return idx.dim
         return None
 
-    def get(self, key: Key) -> HNSWIndex | None:
+    def get(self, key: Key) -> ExactIndex | None:
         return self._indexes.get(key)
 
     def ids_of(self, key: Key) -> np.ndarray:
@@ -140,18 +185,19 @@ class IndexManager:
         if model_id is None or obs_id is None:
             return False
         idx = self._indexes.get((model_id, stream))
-        return idx is not None and len(idx.exact_twin.positions(np.array([obs_id]))) > 0
+        return idx is not None and len(idx.positions(np.array([obs_id]))) > 0
 
     def vector(self, model_id: str | None, stream: str, obs_id: int | None) -> np.ndarray | None:
         if model_id is None or not self.contains(model_id, stream, obs_id):
             return None
-        return self._indexes[(model_id, stream)].exact_twin.get(np.array([obs_id]))[0]
+        return self._indexes[(model_id, stream)].get(np.array([obs_id]))[0]
 
     def total(self) -> int:
         return sum(len(i) for i in self._indexes.values())
 
     def stats(self) -> list[dict]:
-        return [{"model_id": k[0], "stream": k[1], "vectors": len(i), "hnsw": not i.exact}
+        return [{"model_id": k[0], "stream": k[1], "vectors": len(i),
+                 "hnsw": k[0] in self._graphs and not self._graphs[k[0]].exact}
                 for k, i in self._indexes.items()]
 
     # ---- keeping up with memory.db ------------------------------------------------------------
@@ -191,21 +237,17 @@ class IndexManager:
     def _remove(self, ids: list[int]) -> None:
         if ids:
             arr = np.asarray(ids, np.int64)
-            for idx in self._indexes.values():
-                idx.remove(arr)
+            for graph in self._graphs.values():
+                graph.remove_rows(arr)
 
     def _flush(self, adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]]) -> None:
         for key, (ids, vecs, metas) in adds.items():
             arr = np.asarray(ids, np.int64)
-            idx = self._indexes.get(key)
-            if idx is None:
-                idx = self._indexes[key] = self._new(len(vecs[0]))
-            else:
-                # A row re-embedded later (set_vector) must not appear twice.
-                present = idx.exact_twin.positions(arr)
-                if len(present):
-                    idx.remove(arr)
-            idx.add(arr, np.stack(vecs), np.asarray(metas, np.float64))
+            idx = self._twin(key, len(vecs[0]))
+            graph = self._graphs[key[0]]
+            if len(idx.positions(arr)):  # a row re-embedded later (set_vector): not twice
+                graph.remove_rows(arr)
+            graph.add_rows(key[1], arr, np.stack(vecs), np.asarray(metas, np.float64))
 
     # ---- start-up -------------------------------------------------------------------------
     def load_or_rebuild(self) -> None:
@@ -213,6 +255,7 @@ class IndexManager:
         warning naming the file and why. Never an outage, never a silently wrong answer."""
         t0 = time.perf_counter()
         how = "loaded"
+        self._starting = True
         try:
             with CacheLock(self.config.index_dir, shared=True):
                 loaded = self._load()
@@ -238,11 +281,13 @@ class IndexManager:
                 self._rebuild()
                 self._data_version = None
                 caught_up = self.sync()
-        for idx in self._indexes.values():
-            idx.schedule()  # graphs missing or behind are built in the background
-        log.info("vector index %s in %.2f s: %d vectors in %d indexes (+%d from the change "
-                 "feed)", how, time.perf_counter() - t0, self.total(), len(self._indexes),
-                 caught_up)
+        self._starting = False
+        for graph in self._graphs.values():  # missing or behind: built in the background
+            graph.scheduler = self._worker.schedule
+            graph.schedule()
+        log.info("vector index %s in %.2f s: %d vectors in %d indexes, %d graphs (+%d from the "
+                 "change feed)", how, time.perf_counter() - t0, self.total(), len(self._indexes),
+                 len(self._graphs), caught_up)
 
     @staticmethod
     def _warn_damaged(exc: CacheDamaged) -> None:
@@ -251,7 +296,7 @@ class IndexManager:
 
     def _rebuild(self) -> None:
         self._drop_graph_sources()
-        self._indexes = {}
+        self._indexes, self._graphs = {}, {}
         self._seq = self.store.max_vector_seq()
         batch: dict[Key, tuple[list[int], list[bytes], list[tuple]]] = {}
         for oid, stream, model_id, t, x, y, blob in self.store.all_vectors():
@@ -259,10 +304,12 @@ class IndexManager:
             ids.append(oid)
             blobs.append(blob)
             metas.append(_meta(t, x, y))
+        indexes = {}
         for key, (ids, blobs, metas) in batch.items():
             vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
-            idx = self._indexes[key] = self._new(vecs.shape[1])
+            idx = indexes[key] = self._new(vecs.shape[1])
             idx.add(np.asarray(ids, np.int64), vecs, np.asarray(metas, np.float64))
+        self._attach(indexes)
         # Rows added while we read are in the feed after `_seq`... but so are rows we did read;
         # `_flush` de-duplicates re-adds, so replaying them is harmless.
 
@@ -278,29 +325,40 @@ class IndexManager:
         if seq > self.store.max_vector_seq():
             raise CacheDamaged(MANIFEST, "it is newer than memory.db")
         gen = d / manifest.get("dir", ".")
-        indexes: dict[Key, HNSWIndex] = {}
-        sources: dict[Key, GraphSource] = {}
+        indexes: dict[Key, ExactIndex] = {}
+        for entry in manifest["keys"]:
+            indexes[(entry["model_id"], entry["stream"])] = self._load_entry(gen, entry)
+        self._attach(indexes)
+        sources: dict[str, GraphSource] = {}
         try:
-            for entry in manifest["keys"]:
-                key = (entry["model_id"], entry["stream"])
-                indexes[key], src = self._load_entry(gen, entry)
-                if src is not None:
-                    sources[key] = src
+            for entry in manifest.get("graphs", []):
+                graph = self._graphs.get(entry["model_id"])
+                if graph is None:
+                    raise CacheDamaged(MANIFEST, f"a graph of {entry['model_id']}, which has "
+                                                 "no vectors in it")
+                base, files = entry["file"], entry.get("files") or {}
+                # Opened now, under the cache lock (a writer may replace the files once it is
+                # released), and read by the background worker.
+                sources[entry["model_id"]] = GraphSource(
+                    graph, gen / f"{base}.hnsw", gen / f"{base}.graph_ids.npy",
+                    {part: files.get(part) for part in ("hnsw", "graph_ids.npy")})
         except BaseException:
             for src in sources.values():
                 src.close()
             raise
+        if manifest.get("version", 0) < 4 and any(e.get("hnsw") for e in manifest["keys"]):
+            log.info("index cache of an earlier release (a graph per stream): one graph per "
+                     "model is built in the background")
         self._drop_graph_sources()
-        self._indexes, self._seq, self._graph_sources = indexes, seq, sources
+        self._seq, self._graph_sources = seq, sources
         if sources:  # ahead of any graph build the feed or a search may schedule
             self._graphs_read.clear()
             self._worker.submit(self._load_graphs)
         return True
 
-    def _load_entry(self, gen: Path, entry: dict) -> tuple[HNSWIndex, GraphSource | None]:
-        """One key's cached index, checked against its manifest entry and memory-mapped; with
-        its cached graph's files, opened now (under the cache lock: a writer may replace them
-        once it is released) and read later by the background worker."""
+    def _load_entry(self, gen: Path, entry: dict) -> ExactIndex:
+        """One key's cached exact index, checked against its manifest entry and
+        memory-mapped."""
         files = entry.get("files")  # version 2 (no checksums): structure checks only
         base = entry["file"]
 
@@ -322,12 +380,8 @@ class IndexManager:
         if n and not _unique_positive(ids[:n]):
             raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
         idx = self._new(dim)
-        idx.exact_twin.attach(ids, vecs, meta, n)
-        if not entry.get("hnsw"):
-            return idx, None
-        return idx, GraphSource(idx, gen / name("hnsw"), gen / name("graph_ids.npy"),
-                                None if files is None else
-                                {part: files.get(part) for part in ("hnsw", "graph_ids.npy")})
+        idx.attach(ids, vecs, meta, n)
+        return idx
 
     def _drop_graph_sources(self) -> None:
         with self._lock:
@@ -345,17 +399,18 @@ class IndexManager:
                 with self._lock:
                     if not self._graph_sources:
                         return
-                    key, src = next(iter(self._graph_sources.items()))
+                    model_id, src = next(iter(self._graph_sources.items()))
                 why = src.load(cancelled)
                 if cancelled():
                     return  # stopped (engine closing): the source stays for persist to carry
                 with self._lock:
-                    current = self._graph_sources.get(key) is src
+                    current = self._graph_sources.get(model_id) is src
                     if current:
-                        del self._graph_sources[key]
+                        del self._graph_sources[model_id]
+                    streams = ", ".join(k[1] for k in self._indexes if k[0] == model_id)
                 src.close()
                 if why and current:  # not one dropped meanwhile (the cache was rebuilt)
-                    unusable.append((f"{key[0]}/{key[1]} ({why})", len(src.idx)))
+                    unusable.append((f"{model_id} over {streams} ({why})", len(src.idx)))
                     src.idx.schedule()
         finally:
             if unusable:  # one warning, however many graphs
@@ -378,7 +433,7 @@ class IndexManager:
                 pick = np.unique(np.concatenate([ids[:1], ids[-1:],
                                                  rng.choice(ids, min(per_key, len(ids)))]))
                 rows = self.store.vector_rows(pick.tolist())
-                twin = idx.exact_twin
+                twin = idx
                 vecs, meta = twin.get(pick), twin.meta()[twin.positions(pick)]
                 for oid, vec, m in zip(pick.tolist(), vecs, meta, strict=True):
                     row = rows.get(oid)
@@ -415,8 +470,8 @@ class IndexManager:
             lock_timeout_s = PERSIST_LOCK_TIMEOUT_S
         with self._lock:
             seq = self._seq
-            snap = [(key, idx, *idx.exact_twin.snapshot(), self._graph_sources.get(key))
-                    for key, idx in self._indexes.items()]
+            snap = [(key, idx, *idx.snapshot()) for key, idx in self._indexes.items()]
+            graphs = [(m, g, self._graph_sources.get(m)) for m, g in self._graphs.items()]
         lock = CacheLock(d, shared=False, timeout_s=lock_timeout_s)
         if not lock.acquire():
             log.warning("index cache not written: another process kept %s locked for %.0f s",
@@ -426,30 +481,28 @@ class IndexManager:
             gen_name = f"g-{os.getpid()}-{time.time_ns():x}-{secrets.token_hex(3)}"
             gen = d / gen_name
             gen.mkdir()
-            keys = []
-            for key, idx, ids, vecs, meta, _layout, src in snap:
+            keys, graph_entries = [], []
+            for key, _idx, ids, vecs, meta, _layout in snap:
                 base = _file_base(key)
                 files = {}
                 for part, arr in (("ids.npy", ids), ("vecs.npy", vecs), ("meta.npy", meta)):
                     files[part] = _write_npy(gen / f"{base}.{part}", arr)
-                has_graph = idx.save_graph(gen / f"{base}.hnsw")
-                carried = None
-                if not has_graph and src is not None:
+                keys.append({"model_id": key[0], "stream": key[1], "file": base,
+                             "n": len(ids), "dim": vecs.shape[1], "files": files})
+            for model_id, graph, src in graphs:
+                base = _graph_base(model_id)
+                graph_files = _save_graph(graph, gen, base)
+                if graph_files is None and src is not None:
                     # Still being read: the cached files go on as they are (or, read meanwhile,
                     # the graph is written).
-                    carried = src.carry(gen, base)
-                    has_graph = carried is None and idx.save_graph(gen / f"{base}.hnsw")
-                if has_graph:
-                    for part in ("hnsw", "graph_ids.npy"):
-                        files[part] = _file_sum(gen / f"{base}.{part}", fsync=True)
-                elif carried is not None:
-                    files.update(carried)
-                    has_graph = True
-                keys.append({"model_id": key[0], "stream": key[1], "file": base,
-                             "n": len(ids), "dim": idx.dim, "hnsw": has_graph, "files": files})
+                    graph_files = src.carry(gen, base) or _save_graph(graph, gen, base)
+                if graph_files is not None:
+                    graph_entries.append({"model_id": model_id, "file": base, "dim": graph.dim,
+                                          "files": graph_files})
             _fsync_dir(gen)
             body = {"version": MANIFEST_VERSION, "db_uuid": self.store.get_meta("db_uuid"),
-                    "seq": seq, "dir": gen_name, "keys": keys, "written": time.time()}
+                    "seq": seq, "dir": gen_name, "keys": keys, "graphs": graph_entries,
+                    "written": time.time()}
             body["checksum"] = _body_sum(body)
             tmp = d / f"{MANIFEST}.{gen_name}.tmp"
             with open(tmp, "w") as fh:
@@ -459,7 +512,7 @@ class IndexManager:
             os.replace(tmp, d / MANIFEST)
             _fsync_dir(d)
             self._remove_unreferenced(d, gen_name)
-            for key, idx, ids, _v, _m, layout, _s in snap:
+            for key, idx, ids, _v, _m, layout in snap:
                 self._rebase(idx, gen, _file_base(key), len(ids), layout)
         finally:
             lock.release()
@@ -467,7 +520,7 @@ class IndexManager:
         return True
 
     @staticmethod
-    def _rebase(idx: HNSWIndex, gen: Path, base: str, n: int, layout: int) -> None:
+    def _rebase(idx: ExactIndex, gen: Path, base: str, n: int, layout: int) -> None:
         """Map the arrays just written in place of the index's storage: rows added since the
         start move from private memory to pages the OS can drop, and the files of the
         generation mapped before (deleted now) free their disk space."""
@@ -478,7 +531,7 @@ class IndexManager:
             log.warning("index cache file %s not mapped after writing it (%s)", exc.file,
                         exc.why)
             return
-        idx.exact_twin.rebase(ids, vecs, meta, n, layout)
+        idx.rebase(ids, vecs, meta, n, layout)
 
     @staticmethod
     def _remove_unreferenced(d: Path, keep: str) -> None:
@@ -511,13 +564,13 @@ class GraphWorker:
     def __init__(self, threads: int | None = None):
         self.threads = threads or os.cpu_count() or 1
         _WORKERS.add(self)
-        self._queue: list[HNSWIndex | Callable[[Callable[[], bool]], None]] = []
+        self._queue: list[GraphIndex | Callable[[Callable[[], bool]], None]] = []
         self._cv = threading.Condition()
         self._busy = False
         self._stopped = False
         self._thread: threading.Thread | None = None
 
-    def schedule(self, idx: HNSWIndex) -> None:
+    def schedule(self, idx: GraphIndex) -> None:
         with self._cv:
             if self._stopped:
                 return
@@ -531,7 +584,7 @@ class GraphWorker:
         with self._cv:
             if self._stopped:
                 return
-            at = next((i for i, q in enumerate(self._queue) if isinstance(q, HNSWIndex)),
+            at = next((i for i, q in enumerate(self._queue) if isinstance(q, GraphIndex)),
                       len(self._queue))
             self._queue.insert(at, task)
             self._start()
@@ -558,7 +611,7 @@ class GraphWorker:
                 self._busy = True
             more = False
             try:
-                if isinstance(idx, HNSWIndex):
+                if isinstance(idx, GraphIndex):
                     more = idx.work(cancelled=lambda: self._stopped, threads=self.threads)
                 else:
                     idx(lambda: self._stopped)
@@ -602,7 +655,7 @@ class GraphSource:
     read and handed to its index. Until then a persist carries the files over unchanged
     (with the checksums the manifest had), so a restart does not lose a graph it never read."""
 
-    def __init__(self, idx: HNSWIndex, graph: Path, graph_ids: Path,
+    def __init__(self, idx: GraphIndex, graph: Path, graph_ids: Path,
                  sums: dict[str, dict | None] | None):
         self.idx, self.sums = idx, sums
         self.paths = {"hnsw": graph, "graph_ids.npy": graph_ids}
@@ -782,6 +835,15 @@ def _crc(fh: IO[bytes]) -> tuple[int, int]:
         crc = zlib.crc32(view[:got], crc)
         done += got
     return done, crc
+
+
+def _save_graph(graph: GraphIndex, gen: Path, base: str) -> dict[str, dict] | None:
+    """Write a graph's two files into `gen` as `base`.*; their manifest entries, or None when
+    the graph has not been built."""
+    if not graph.save_graph(gen / f"{base}.hnsw"):
+        return None
+    return {part: _file_sum(gen / f"{base}.{part}", fsync=True)
+            for part in ("hnsw", "graph_ids.npy")}
 
 
 def _file_sum(path: Path, fsync: bool = False) -> dict:

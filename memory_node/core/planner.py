@@ -4,7 +4,8 @@ Three paths, chosen by what a plan holds (docs/design.md, "Query semantics"):
 - no semantic part: the store orders the filtered rows (time, or a numeric tag);
 - semantic with filters: candidates are filtered (time/place in memory over each index's
   (t, x, y) columns, tags in SQL) and scored exactly; rows without vectors fill in;
-- semantic without filters: each index answers (HNSW above its size threshold).
+- semantic without filters: each model's graph answers over all its streams (the requested
+  streams as a filter on its nodes, or an exact scan when they are small).
 It receives the store, the indexes, the query embedder and the catch-up call; it never sees
 the engine.
 """
@@ -88,11 +89,10 @@ class QueryPlanner:
             idx = self.indexes.get(key)
             if qv is None or idx is None:
                 continue
-            twin = idx.exact_twin
-            pos = twin.filter_positions(req.t_min, req.t_max, req.near, req.radius)
+            pos = idx.filter_positions(req.t_min, req.t_max, req.near, req.radius)
             matched += len(pos)
             if len(pos):
-                hits.add(*twin.search_positions(qv, req.k, pos))
+                hits.add(*idx.search_positions(qv, req.k, pos))
         if matched < req.k:  # too few embedded matches: rows without vectors fill in
             have = set(np.concatenate(hits.ids).tolist()) if hits.ids else set()
             hits.unscored = [i for i in self.store.candidates(req.filter).ids.tolist()
@@ -142,17 +142,22 @@ class QueryPlanner:
 
     def _unfiltered(self, req: SearchPlan, keys: list[Key], qvecs: QueryVectors,
                     notes: list[str]) -> Hits:
-        """No filter: each index answers (HNSW above its size threshold)."""
+        """No filter but streams: one search per model, over one graph of all its streams (HNSW
+        above its size threshold)."""
         hits = Hits()
-        for key in keys:
-            qv = qvecs.get(key[0])
-            idx = self.indexes.get(key)
-            if qv is None or idx is None:
+        streams: dict[str, list[str]] = {}
+        for model_id, stream in keys:
+            streams.setdefault(model_id, []).append(stream)
+        for model_id, names in streams.items():
+            qv = qvecs.get(model_id)
+            if qv is None:
                 continue
-            if self.indexes.building(key):
-                notes.append(f"exact search over {key[1]}: its graph index is being built"
-                             " in the background")
-            hits.add(*idx.search(qv, req.k))
+            ids, scores, building = self.indexes.search(
+                model_id, qv, req.k, None if req.streams is None else tuple(names))
+            if building:
+                notes.append(f"exact search over {', '.join(sorted(names))}: the graph index "
+                             "of their vectors is being built in the background")
+            hits.add(ids, scores)
         return hits
 
     def _ranked(self, req: SearchPlan, hits: Hits) -> Scored:

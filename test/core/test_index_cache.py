@@ -80,6 +80,21 @@ def _file(root: Path, stream: str, part: str) -> Path:
     return p
 
 
+def _graph(root: Path, part: str) -> Path:
+    """A file of the one graph over every stream of the text model."""
+    [p] = [p for p in _gen(root).iterdir() if p.name.endswith(f".graph.{part}")]
+    return p
+
+
+def _older_graph(root: Path, older: Path) -> None:
+    """The graph files of an older cache of the same store, in place of the current ones."""
+    manifest = json.loads((older / "manifest.json").read_text())
+    for part in ("hnsw", "graph_ids.npy"):
+        [src] = [p for p in (older / manifest["dir"]).iterdir()
+                 if p.name.endswith(f".graph.{part}")]
+        shutil.copyfile(src, _graph(root, part))
+
+
 def _npy_same_shape(path: Path, make) -> None:
     arr = np.load(path)
     np.save(path, make(arr).astype(arr.dtype))
@@ -141,21 +156,19 @@ FAULTS = {
     "meta random": (lambda r, o: _npy_same_shape(_file(r, "camera", "meta.npy"),
                                                  lambda a: _rng().random(a.shape) * 1e9),
                     "camera.meta.npy"),
-    "graph garbage inside": (lambda r, o: _garbage_inside(_file(r, "camera", "hnsw")),
-                             "camera.hnsw"),
-    "graph truncated": (lambda r, o: _truncate(_file(r, "events", "hnsw")), "events.hnsw"),
-    "graph ids reversed": (lambda r, o: _npy_same_shape(_file(r, "events", "graph_ids.npy"),
+    "graph garbage inside": (lambda r, o: _garbage_inside(_graph(r, "hnsw")), "graph.hnsw"),
+    "graph truncated": (lambda r, o: _truncate(_graph(r, "hnsw")), "graph.hnsw"),
+    "graph ids reversed": (lambda r, o: _npy_same_shape(_graph(r, "graph_ids.npy"),
                                                         lambda a: a[::-1]),
-                           "events.graph_ids.npy"),
+                           "graph.graph_ids.npy"),
     "vecs swapped between streams": (
         lambda r, o: _swap(_file(r, "events", "vecs.npy"), _file(r, "camera", "vecs.npy")),
         "vecs.npy"),
     "all files swapped between streams": (
         lambda r, o: [_swap(_file(r, "events", p), _file(r, "camera", p))
-                      for p in ("ids.npy", "vecs.npy", "meta.npy", "hnsw", "graph_ids.npy")],
+                      for p in ("ids.npy", "vecs.npy", "meta.npy")],
         "npy"),
-    "graphs swapped between streams": (
-        lambda r, o: _swap(_file(r, "events", "hnsw"), _file(r, "camera", "hnsw")), "hnsw"),
+    "graph of an older cache": (_older_graph, "graph.hnsw"),
     "manifest not JSON": (lambda r, o: (r / "index" / "manifest.json").write_text("{\"ver"),
                           "manifest.json"),
     "manifest seq edited": (lambda r, o: _edit_manifest(r, lambda m: m.update(seq=m["seq"] - 6)),

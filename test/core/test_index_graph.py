@@ -9,7 +9,7 @@ import threading
 from engine_support import FakeClock, PoseBox, make_engine
 
 from memory_node.core.types import Pose
-from memory_node.core.vectors.faiss_index import HNSWIndex
+from memory_node.core.vectors.faiss_index import GraphIndex
 
 TEXTS = [f"note {i}: the {c} door near the {p}" for i, (c, p) in enumerate(
     (c, p) for c in ("red", "green", "blue", "white") for p in ("kitchen", "lab", "dock"))]
@@ -28,13 +28,13 @@ def test_queries_answer_exactly_while_a_graph_is_built(tmp_path, monkeypatch):
     shutil.rmtree(root / "index")  # the next start has to build the graph again
 
     gate = threading.Event()
-    real_work = HNSWIndex.work
+    real_work = GraphIndex.work
 
     def held(self, *a, **k):  # the build takes "forever" until the test lets it go
         gate.wait(60)
         return real_work(self, *a, **k)
 
-    monkeypatch.setattr(HNSWIndex, "work", held)
+    monkeypatch.setattr(GraphIndex, "work", held)
     eng = make_engine(root, FakeClock(), PoseBox(Pose(0, 0)), hnsw_min_rows=5)
     try:
         got = json.loads(eng.search(QUERY))  # answered now, not after the build

@@ -86,8 +86,8 @@ def _check_ranking(mgr, rng) -> None:
         for stream in STREAMS:
             idx = mgr.get(("m", stream))
             want = _brute(mgr.store, stream, q)
-            assert idx.exact_twin.search(q, 5)[0].tolist() == want
-            assert idx.search(q, 5)[0].tolist()[:1] == want[:1]
+            assert idx.search(q, 5)[0].tolist() == want
+            assert mgr.search("m", q, 5, (stream,))[0].tolist()[:1] == want[:1]
 
 
 def test_rows_added_after_a_start_rank_exactly_and_leave_the_cache_files_alone(cached):
@@ -135,7 +135,7 @@ def test_a_graph_found_damaged_in_the_background_is_rebuilt_with_one_warning(
     assert "notes" not in want
     eng.close()
     manifest = json.loads((root / "index" / "manifest.json").read_text())
-    [graph] = (root / "index" / manifest["dir"]).glob("*events.hnsw")
+    [graph] = (root / "index" / manifest["dir"]).glob("*.graph.hnsw")
     data = bytearray(graph.read_bytes())
     data[len(data) // 2:len(data) // 2 + 512] = bytes(range(256)) * 2
     graph.write_bytes(bytes(data))
@@ -150,7 +150,7 @@ def test_a_graph_found_damaged_in_the_background_is_rebuilt_with_one_warning(
         assert eng.indexes.wait_for_graphs(60)
         after = json.loads(eng.search(QUERY))
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and "events.hnsw" in warnings[0] and "rebuild" in warnings[0]
+    assert len(warnings) == 1 and graph.name in warnings[0] and "rebuild" in warnings[0]
     assert after["results"] == want["results"] and "notes" not in after
     eng.close()
     caplog.clear()
@@ -160,7 +160,7 @@ def test_a_graph_found_damaged_in_the_background_is_rebuilt_with_one_warning(
         assert json.loads(eng.search(QUERY))["results"] == want["results"]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     [key] = eng.indexes.keys_for(("events",))
-    assert eng.indexes.get(key).builds == 0  # read from the cache, not built
+    assert eng.indexes.graph(key[0]).builds == 0  # read from the cache, not built
     eng.close()
 
 
@@ -171,9 +171,8 @@ def _graphs_read_not_built(root: Path, caplog) -> None:
         mgr.load_or_rebuild()
         assert mgr.wait_for_graphs(120)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    for stream in STREAMS:
-        idx = mgr.get(("m", stream))
-        assert not idx.exact and idx.builds == 0, stream
+    graph = mgr.graph("m")
+    assert not graph.exact and graph.builds == 0
     mgr.close()
     mgr.store.close()
 
@@ -182,7 +181,7 @@ def test_a_graph_not_read_yet_at_close_is_kept_for_the_next_start(cached, caplog
                                                                    held_graph_reads):
     mgr = _manager(cached)
     mgr.load_or_rebuild()
-    assert mgr.building(("m", "camera"))  # its graph is still unread
+    assert mgr.building("m")  # its graph is still unread
     _add_rows(mgr.store, 10, seed=1)
     mgr.sync()
     assert mgr.persist()  # carries the unread graph files over, with their checksums
@@ -205,9 +204,8 @@ def test_graphs_are_read_from_files_another_process_has_since_replaced(cached, c
     with caplog.at_level(logging.WARNING, logger="memory_node"):
         assert reader.wait_for_graphs(120)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    for stream in STREAMS:
-        idx = reader.get(("m", stream))
-        assert not idx.exact and idx.builds == 0
+    graph = reader.graph("m")
+    assert not graph.exact and graph.builds == 0
     for m in (reader, writer):
         m.close()
         m.store.close()
@@ -224,13 +222,13 @@ def test_rows_added_and_removed_while_graphs_are_read_are_ranked_once_read(cache
     mgr.sync()
     rng = np.random.default_rng(9)
     _check_ranking(mgr, rng)  # exact: the graphs are not read yet
-    assert mgr.building(("m", "camera"))
+    assert mgr.building("m")
     held_graph_reads.set()
     assert mgr.wait_for_graphs(120)
+    graph = mgr.graph("m")
+    assert not graph.exact and graph.builds == 0  # the cached graph, not a new one
     for stream in STREAMS:
-        idx = mgr.get(("m", stream))
-        assert not idx.exact and idx.builds == 0  # the cached graph, not a new one
-        assert not np.isin(gone, idx.ids()).any()
+        assert not np.isin(gone, mgr.get(("m", stream)).ids()).any()
     _check_ranking(mgr, rng)
     mgr.close()
     mgr.store.close()

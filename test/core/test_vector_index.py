@@ -229,3 +229,73 @@ def test_time_window_is_a_binary_search_whatever_the_insert_order():
     idx.add(np.array([n + 1]), _unit(rng, 1), np.array([[5.5, 1.0, 1.0]]))  # one more, late
     assert n + 1 in idx.ids_at(idx.filter_positions(5.0, 6.0)).tolist()
     assert idx.scanned <= 3  # t = 5.0, 5.5, 6.0
+
+
+def test_one_graph_over_several_streams(tmp_path):
+    """One graph over several exact indexes (a model's streams): a search over all of them or
+    over some streams ranks like brute force over those streams' rows, never returns a row of
+    another stream, and keeps doing so through added and removed rows and a reload."""
+    from memory_node.core.vectors import ExactIndex
+    from memory_node.core.vectors.faiss_index import GraphIndex
+
+    rng = np.random.default_rng(9)
+    sizes = {"camera": 900, "lidar": 600, "events": 60}  # events: below the graph's share
+    parts, rows = {}, {}
+    start = 1
+    for name, n in sizes.items():
+        ids = np.arange(start, start + n, dtype=np.int64)
+        start += n
+        rows[name] = (ids, _unit(rng, n))
+        parts[name] = ExactIndex(DIM)
+        parts[name].add(*rows[name])
+    graph = GraphIndex(DIM, min_rows=50, ef_search=64)
+    for name, part in parts.items():
+        graph.attach(name, part)
+
+    def brute(q, names, k=5):
+        ids = np.concatenate([rows[n][0] for n in names])
+        vecs = np.concatenate([rows[n][1] for n in names])
+        return _brute(ids, vecs, q, k)[0]
+
+    def recall(names, trials=30):
+        hit = 0
+        for _ in range(trials):
+            q = _unit(rng, 1)[0]
+            got, _s, building = graph.search_parts(q, 5, names)
+            assert not building
+            allowed = np.concatenate([rows[n][0] for n in (names or sizes)])
+            assert np.isin(got, allowed).all()
+            hit += len(set(got.tolist()) & set(brute(q, names or list(sizes)).tolist()))
+        return hit / (5 * trials)
+
+    assert recall(None) >= 0.95 and graph.builds == 1  # built inline: no scheduler
+    assert recall(["camera"]) >= 0.95  # the graph, camera rows as a filter on its nodes
+    assert recall(["lidar", "events"]) >= 0.95
+    q = _unit(rng, 1)[0]
+    assert graph.search_parts(q, 5, ["events"])[0].tolist() == brute(q, ["events"]).tolist()
+
+    new_ids = np.arange(start, start + 40, dtype=np.int64)  # new rows: found before the graph
+    new_vecs = _unit(rng, 40)  # has them (searched exactly beside it)
+    graph.scheduler = lambda g: None  # a worker that never runs
+    graph.add_rows("lidar", new_ids, new_vecs)
+    assert graph.pending == 40
+    assert graph.search_parts(new_vecs[3], 1, ["lidar"])[0].tolist() == [new_ids[3]]
+    assert graph.search_parts(new_vecs[3], 1, ["camera"])[0].tolist() != [new_ids[3]]
+    rows["lidar"] = (np.concatenate([rows["lidar"][0], new_ids]),
+                     np.concatenate([rows["lidar"][1], new_vecs]))
+    gone = rows["camera"][0][::7]
+    graph.remove_rows(gone)
+    for _ in range(10):
+        got = graph.search_parts(_unit(rng, 1)[0], 5)[0]
+        assert not np.isin(got, gone).any()
+    assert graph.builds == 1
+    keep = ~np.isin(rows["camera"][0], gone)
+    rows["camera"] = (rows["camera"][0][keep], rows["camera"][1][keep])
+    assert recall(["camera"]) >= 0.95 and recall(None) >= 0.95
+
+    assert graph.save_graph(tmp_path / "g.hnsw")  # a reload knows each node's stream again
+    graph = GraphIndex(DIM, min_rows=50, ef_search=64, scheduler=lambda g: None)
+    for name, part in parts.items():
+        graph.attach(name, part)
+    assert graph.load_graph(tmp_path / "g.hnsw") and graph.pending == 40  # never added
+    assert recall(["camera"]) >= 0.95 and recall(["lidar", "events"]) >= 0.95

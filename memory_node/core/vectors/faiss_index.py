@@ -1,9 +1,10 @@
-"""FAISS indexes: a flat (exact) one with id selectors, and HNSW for fast unfiltered search.
+"""FAISS indexes: a flat (exact) one with id selectors, and HNSW graphs for fast unfiltered search.
 
-Filtered searches are always exact: HNSW with an id selector can miss allowed ids, so the HNSW
-index keeps an exact twin and hands every restricted search to it. The twin also re-scores the
-graph's candidates, which lets the graph store its vectors as 8-bit codes: a quarter of the
-memory, and each hop of the search reads a quarter of the bytes.
+Filtered searches are always exact: HNSW with an id selector can miss allowed ids, so they are
+scored from the exact indexes (one per stream) that a graph covers. One graph covers every
+stream of an embedding model (`GraphIndex`), so a search over every stream walks one graph; it
+proposes candidates that are re-scored with the exact indexes' float vectors, which lets the
+graph store 8-bit codes: a quarter of the memory, and each hop reads a quarter of the bytes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import faiss
@@ -81,47 +82,73 @@ DEAD_REBUILD_SHARE = 0.2
 # The most time a background step holds the graph while adding rows to it (queries wait that
 # long at most); rows are added in chunks sized to it.
 EXTEND_SLICE_S = 0.01
+# A search restricted to some parts uses the graph only when they hold at least this share of
+# its rows: it fetches the graph's nearest rows, 1/share times as many as an unrestricted
+# search, and keeps those of the parts. Smaller selections are scanned exactly.
+GRAPH_MIN_SHARE = 0.2
 
 
-class HNSWIndex(VectorIndex):
-    """HNSW (inner product) for unrestricted search once a stream is large; exact otherwise.
+class GraphIndex:
+    """One HNSW graph (inner product) over the rows of several exact indexes ("parts": the
+    streams of one embedding model), so that a search over every stream walks one graph instead
+    of one per stream.
 
-    Below `min_rows` vectors the graph is not built and every search is exact. `storage`
-    "sq8" keeps 8-bit codes in the graph; "flat" keeps float copies. Either way the graph only
-    proposes candidates: the best `rerank` are re-scored exactly with the twin's vectors.
+    The parts keep the float vectors and answer every filtered search exactly; the graph only
+    proposes candidates: the best `rerank` are re-scored exactly with the parts' vectors, which
+    lets it store 8-bit codes (`storage` "sq8": a quarter of the memory, each hop reads a
+    quarter of the bytes) or float copies ("flat"). Below `min_rows` rows in all parts no graph
+    is built and searches are exact.
 
-    With a `scheduler` (what the engine's `IndexManager` passes: a background worker), a query
-    never waits for graph work: until a graph is ready, unrestricted searches are exact
-    (`building` says so); rows added later are searched exactly (`pending`) until the worker
-    has added them to the graph; removed rows stay in the graph as tombstones that searches
-    skip, and the graph is rebuilt in the background once they exceed `DEAD_REBUILD_SHARE`.
-    Without a scheduler (a standalone index) the same work runs inside the search.
+    With a `scheduler` (the engine's background worker) no search waits for graph work: until a
+    graph is ready searches are exact (`building` says so); rows added later are searched
+    exactly (`pending`) until the worker adds them to the graph; removed rows stay in the graph
+    as tombstones that searches skip, and the graph is rebuilt in the background once they
+    exceed `DEAD_REBUILD_SHARE`. Without a scheduler the same work runs inside the search.
     """
 
-    name = "hnsw"
-
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
-                 ef_search: int = 128, min_rows: int = 20000, gather_max: int = 20000,
-                 storage: str = "sq8", rerank: int = 40,
-                 scheduler: Callable[[HNSWIndex], None] | None = None):
-        super().__init__(dim)
+                 ef_search: int = 128, min_rows: int = 20000, storage: str = "sq8",
+                 rerank: int = 40, scheduler: Callable[[GraphIndex], None] | None = None):
         if storage not in HNSW_STORAGES:
             raise ValueError(f"unknown HNSW storage {storage!r}; known: {HNSW_STORAGES}")
+        self.dim = int(dim)
         self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
         self.storage, self.rerank = storage, rerank
         self.min_rows = min_rows
-        self.exact_twin = ExactIndex(dim, gather_max=gather_max)
         self.scheduler = scheduler
+        self.parts: dict[str, ExactIndex] = {}
+        self._names: list[str] = []  # part code -> part name
         self._hnsw: faiss.Index | None = None
         self._hnsw_ids = np.empty(0, np.int64)  # graph position -> observation id
-        self._pending = np.empty(0, np.int64)  # ids in the twin, not yet in the graph
+        self._hnsw_codes = np.empty(0, np.int16)  # graph position -> part code (-1: removed)
+        self._pending = np.empty(0, np.int64)  # ids in a part, not yet in the graph
+        self._pending_codes = np.empty(0, np.int16)
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
         self._rebuild_asked = False
-        self.builds = 0  # graphs built over the whole index (not counting rows added later)
+        self.builds = 0  # graphs built over every part (not counting rows added later)
         self._scheduled = False
         self._chunk = 16  # pending rows added per background step, sized to EXTEND_SLICE_S
         self._lock = threading.RLock()  # state above
         self._glock = threading.Lock()  # the faiss graph object (search vs add)
+
+    # ---- parts ------------------------------------------------------------------------------
+    def attach(self, name: str, part: ExactIndex) -> None:
+        """Cover the rows of `part` (named `name`) by this graph from now on."""
+        with self._lock:
+            if name in self.parts:
+                raise ValueError(f"part {name!r} is already attached")
+            if part.dim != self.dim:
+                raise ValueError(f"part dimension {part.dim} != graph dimension {self.dim}")
+            self.parts[name] = part
+            self._names.append(name)
+            if self._hnsw is not None and len(part):
+                self._pending = np.concatenate([self._pending, part.ids()])
+                self._pending_codes = np.concatenate(
+                    [self._pending_codes, np.full(len(part), len(self._names) - 1, np.int16)])
+        self.schedule()
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in list(self.parts.values()))
 
     @property
     def exact(self) -> bool:
@@ -129,15 +156,46 @@ class HNSWIndex(VectorIndex):
 
     @property
     def building(self) -> bool:
-        """True while the index is large enough for a graph but has none ready: unrestricted
-        searches are then exact (slower, same answers)."""
+        """True while there are enough rows for a graph but none is ready: searches that would
+        use it are then exact (slower, same answers)."""
         return self._hnsw is None and len(self) >= self.min_rows
 
-    def __len__(self) -> int:
-        return len(self.exact_twin)
+    @property
+    def pending(self) -> int:
+        """Rows searched exactly beside the graph until the background adds them to it."""
+        return len(self._pending)
 
-    def ids(self) -> np.ndarray:
-        return self.exact_twin.ids()
+    @property
+    def nodes(self) -> int:
+        """Nodes in the live graph, tombstones included."""
+        return len(self._hnsw_ids)
+
+    def add_rows(self, name: str, ids: np.ndarray, vectors: np.ndarray,
+                 meta: np.ndarray | None = None) -> None:
+        """Add rows to part `name` (searchable at once: exactly until in the graph)."""
+        with self._lock:
+            part = self.parts[name]
+            part.add(ids, vectors, meta)
+            if self._hnsw is not None:
+                code = self._names.index(name)
+                ids = np.asarray(ids, np.int64).reshape(-1)
+                self._pending = np.concatenate([self._pending, ids])
+                self._pending_codes = np.concatenate(
+                    [self._pending_codes, np.full(len(ids), code, np.int16)])
+        self.schedule()
+
+    def remove_rows(self, ids: np.ndarray) -> int:
+        """Remove ids from every part; their graph nodes become tombstones (no rebuild here)."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        with self._lock:
+            removed = sum(p.remove(ids) for p in self.parts.values())
+            if removed and self._hnsw is not None:
+                self._dead += int(np.isin(ids, self._hnsw_ids).sum())
+                keep = ~np.isin(self._pending, ids)
+                self._pending, self._pending_codes = self._pending[keep], self._pending_codes[keep]
+        if removed:
+            self.schedule()
+        return removed
 
     def _new_graph(self) -> faiss.Index:
         index: faiss.IndexHNSW
@@ -152,9 +210,11 @@ class HNSWIndex(VectorIndex):
         return index
 
     def ef_for(self, n: int) -> int:
-        """efSearch grows with the graph: recall@5 fell to 0.92 at 1M rows with 128, while
-        100k rows of MiniLM captions already reach 1.000 with 32."""
-        return self.ef_search if n <= 200_000 else max(self.ef_search, 2 * self.ef_search)
+        """efSearch grows with the graph (bench: the query section's efSearch sweep): one graph
+        over 1M synthetic rows needs about three times what 100k rows need for recall@5 0.99."""
+        if n <= 200_000:
+            return self.ef_search
+        return self.ef_search * (2 if n <= 500_000 else 3)
 
     def _matches(self, graph: faiss.Index) -> bool:
         """Whether a loaded graph was built with this index's settings."""
@@ -215,42 +275,62 @@ class HNSWIndex(VectorIndex):
     def _build(self, cancelled: Callable[[], bool], threads: int | None) -> None:
         with self._lock:
             self._rebuild_asked = False
-            ids = self.exact_twin.ids()
-            vecs = self.exact_twin.vectors()  # rows below n are never written again
+            # Rows below each part's length are never written again (a removal makes new
+            # arrays), so these views stay valid while the build runs unlocked.
+            snap = [(c, self.parts[name].ids(), self.parts[name].vectors())
+                    for c, name in enumerate(self._names)]
+        total = sum(len(ids) for _c, ids, _v in snap)
         graph = self._new_graph()
-        if len(vecs):
+        ids_out, codes_out = [], []
+        if total:
             if threads:
                 faiss.omp_set_num_threads(threads)  # this thread only (an OpenMP setting)
             try:
-                if not graph.is_trained:  # 8-bit codes: per-dimension ranges first
-                    graph.train(np.ascontiguousarray(vecs[: 200_000]))
-                for start in range(0, len(vecs), 2048):  # cancellable between chunks
-                    if cancelled():
-                        return
-                    graph.add(np.ascontiguousarray(vecs[start:start + 2048]))
+                if not graph.is_trained:  # 8-bit codes: per-dimension ranges, every part
+                    share = min(1.0, 200_000 / total)
+                    graph.train(np.ascontiguousarray(np.concatenate(
+                        [v[: max(1, int(np.ceil(len(v) * share)))] for _c, _i, v in snap
+                         if len(v)])))
+                for c, ids, vecs in snap:
+                    for start in range(0, len(vecs), 2048):  # cancellable between chunks
+                        if cancelled():
+                            return
+                        graph.add(np.ascontiguousarray(vecs[start:start + 2048]))
+                    ids_out.append(ids)
+                    codes_out.append(np.full(len(ids), c, np.int16))
             finally:
                 if threads:
                     faiss.omp_set_num_threads(1)
-        self._adopt(graph, ids)
+        self._adopt(graph, np.concatenate(ids_out) if ids_out else np.empty(0, np.int64),
+                    np.concatenate(codes_out) if codes_out else np.empty(0, np.int16))
         self.builds += 1
 
-    @property
-    def pending(self) -> int:
-        """Rows searched exactly beside the graph until the background adds them to it."""
-        return len(self._pending)
-
-    def _adopt(self, graph: faiss.Index, graph_ids: np.ndarray) -> None:
-        """Make `graph` (whose node i holds id graph_ids[i]) the live one: rows added since
-        are pending, rows removed since are tombstones."""
+    def _adopt(self, graph: faiss.Index, graph_ids: np.ndarray,
+               codes: np.ndarray | None = None) -> None:
+        """Make `graph` (whose node i holds id graph_ids[i], of part codes[i]; looked up in the
+        parts when not given) the live one: rows added since are pending, rows removed since
+        are tombstones."""
+        graph_ids = np.asarray(graph_ids, np.int64)
         with self._lock:
-            cur = self.exact_twin.ids()
-            live = np.isin(graph_ids, cur)
-            pending = np.setdiff1d(cur, graph_ids[live])
-            graph.hnsw.efSearch = self.ef_for(len(cur))  # type: ignore[attr-defined]  # an HNSW one
+            new_codes = np.full(len(graph_ids), -1, np.int16)
+            pend, pend_codes = [], []
+            for c, name in enumerate(self._names):
+                cur = self.parts[name].ids()
+                if codes is None:
+                    mine = np.isin(graph_ids, cur)
+                else:
+                    mine = codes == c
+                    mine[mine] = np.isin(graph_ids[mine], cur)
+                new_codes[mine] = c
+                p = np.setdiff1d(cur, graph_ids[mine])
+                pend.append(p)
+                pend_codes.append(np.full(len(p), c, np.int16))
             with self._glock:
-                self._hnsw, self._hnsw_ids = graph, np.asarray(graph_ids, np.int64)
-            self._pending = pending
-            self._dead = int((~live).sum())
+                self._hnsw, self._hnsw_ids, self._hnsw_codes = graph, graph_ids, new_codes
+            self._pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
+            self._pending_codes = (np.concatenate(pend_codes) if pend_codes
+                                   else np.empty(0, np.int16))
+            self._dead = int((new_codes < 0).sum())
 
     def _extend(self, slice_s: float | None) -> bool:
         """Add pending rows to the graph: one chunk sized to hold the graph about `slice_s`
@@ -260,49 +340,57 @@ class HNSWIndex(VectorIndex):
             with self._lock:
                 if self._hnsw is None or not len(self._pending):
                     return False
-                take = self._pending[: self._chunk if slice_s is not None else 4096]
-                pos = self.exact_twin.positions(take)
-                ids = self.exact_twin.ids_at(pos)
-                vecs = np.ascontiguousarray(self.exact_twin.vectors()[pos])
+                n = self._chunk if slice_s is not None else 4096
+                take, take_codes = self._pending[:n], self._pending_codes[:n]
+                ids_l, codes_l, vecs_l = [], [], []
+                for c in np.unique(take_codes).tolist():
+                    part = self.parts[self._names[c]]
+                    pos = part.positions(take[take_codes == c])
+                    ids_l.append(part.ids_at(pos))
+                    codes_l.append(np.full(len(pos), c, np.int16))
+                    vecs_l.append(part.vectors()[pos])
+                vecs = np.ascontiguousarray(np.concatenate(vecs_l))
                 t0 = time.perf_counter()
                 with self._glock:
                     self._hnsw.add(vecs)
-                    self._hnsw_ids = np.concatenate([self._hnsw_ids, ids])
-                self._pending = self._pending[len(take):]
+                    self._hnsw_ids = np.concatenate([self._hnsw_ids, *ids_l])
+                    self._hnsw_codes = np.concatenate([self._hnsw_codes, *codes_l])
+                self._pending, self._pending_codes = self._pending[n:], self._pending_codes[n:]
                 if slice_s is not None:
                     per_row = (time.perf_counter() - t0) / max(1, len(take))
                     self._chunk = int(min(4096, max(1, slice_s / max(per_row, 1e-7))))
                     return len(self._pending) > 0
 
-    # ---- the index interface ------------------------------------------------------------------
-    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
-        ids, vectors = self._check(ids, vectors)
-        with self._lock:
-            self.exact_twin.add(ids, vectors, meta)
-            if self._hnsw is not None:
-                self._pending = np.concatenate([self._pending, ids])
-        self.schedule()
+    # ---- search -------------------------------------------------------------------------
+    def exact_search(self, query: np.ndarray, k: int, names: list[str]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k over the named parts, exactly: one product per part, one ranking."""
+        q = np.asarray(query, np.float32).reshape(-1)
+        got = [self.parts[n].search(q, k) for n in names if len(self.parts[n])]
+        if not got:
+            return top_k(np.empty(0, np.int64), np.empty(0, np.float32), k)
+        return top_k(np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got]),
+                     k)
 
-    def remove(self, ids: np.ndarray) -> int:
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        with self._lock:
-            removed = self.exact_twin.remove(ids)
-            if removed and self._hnsw is not None:
-                # Tombstones: searches drop ids the twin no longer has (no rebuild here).
-                self._dead += int(np.isin(ids, self._hnsw_ids).sum())
-                self._pending = self._pending[~np.isin(self._pending, ids)]
-        if removed:
-            self.schedule()
-        return removed
+    def search_parts(self, query: np.ndarray, k: int, parts: Collection[str] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Top-k (ids, scores) over every part, or over the named ones, and whether the answer
+        is exact only because the graph is still being built.
 
-    def search(
-        self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if candidates is not None:
-            return self.exact_twin.search(query, k, candidates)
-        n = len(self)
-        if n < self.min_rows:
-            return self.exact_twin.search(query, k)
+        Named parts holding `GRAPH_MIN_SHARE` of the rows are searched in the graph: its
+        nearest `rerank` / share rows, those of the parts kept. When fewer than k + 8 of them
+        are the parts' (their rows lie apart from the query: a filter inside the graph walk
+        then misses most of their nearest rows, measured at recall@5 0.95 on captions), the
+        parts are scanned exactly; when at least that many are, the parts' k best are among
+        the graph's nearest rows as surely as an unrestricted search's. Smaller parts are
+        scanned exactly."""
+        names = list(self.parts) if parts is None else [p for p in self.parts if p in parts]
+        sel_n = sum(len(self.parts[p]) for p in names)
+        total = len(self)
+        restricted = len(names) < len(self.parts)
+        if total < self.min_rows or (restricted and (sel_n < self.min_rows
+                                                     or sel_n < GRAPH_MIN_SHARE * total)):
+            return (*self.exact_search(query, k, names), False)
         if self.scheduler is None:  # standalone: do the graph work inline
             while self.needs_work():
                 self.work(threads=os.cpu_count() or 1)
@@ -310,26 +398,42 @@ class HNSWIndex(VectorIndex):
             self.schedule()
         q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
-            graph, dead, pending = self._hnsw, self._dead, self._pending
+            graph, dead = self._hnsw, self._dead
+            pending, pending_codes = self._pending, self._pending_codes
         if graph is None:
-            return self.exact_twin.search(q, k)
+            return (*self.exact_search(q, k, names), True)
+        codes = tuple(self._names.index(p) for p in names)
+        if restricted:
+            keep = np.isin(pending_codes, codes)
+            pending, pending_codes = pending[keep], pending_codes[keep]
         # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
         # candidates re-scored exactly; more when tombstones take some of them.
         want = max(k + 8, self.rerank)
-        with self._glock:  # graph and its ids as one (a background slice may extend both)
-            graph, graph_ids = self._hnsw, self._hnsw_ids
+        fetch = want if not restricted else int(np.ceil(want * total / max(1, sel_n)))
+        with self._glock:  # graph, ids and codes as one (a background slice may extend them)
+            graph, graph_ids, graph_codes = self._hnsw, self._hnsw_ids, self._hnsw_codes
             assert graph is not None  # once built, the graph is only ever replaced
             g = len(graph_ids)
-            want_g = min(g, int(np.ceil(want * g / max(1, g - dead))) + (8 if dead else 0))
-            _, pos = graph.search(q.reshape(1, -1), want_g)
+            want_g = min(g, int(np.ceil(fetch * g / max(1, g - dead))) + (8 if dead else 0))
+            params = _hnsw_params(max(self.ef_for(g), want_g))
+            _, pos = graph.search(q.reshape(1, -1), want_g, params=params)
         pos = pos[0][pos[0] >= 0]
-        cand = graph_ids[pos]
-        if len(pending):
-            cand = np.concatenate([cand, pending])
-        ids, scores = self.exact_twin.score_ids(np.unique(cand), q)
-        if len(ids) - min(len(pending), len(ids)) < min(k, n - len(pending)):
-            return self.exact_twin.search(q, k)  # tombstones took too many: exact instead
-        return top_k(ids, scores, k)
+        cand = np.concatenate([graph_ids[pos], pending])
+        cand_codes = np.concatenate([graph_codes[pos], pending_codes])
+        ids_l, scores_l = [], []
+        for c in codes:
+            sel = np.unique(cand[cand_codes == c])
+            if len(sel):
+                i, s = self.parts[self._names[c]].score_ids(sel, q)
+                ids_l.append(i)
+                scores_l.append(s)
+        ids = np.concatenate(ids_l) if ids_l else np.empty(0, np.int64)
+        scores = np.concatenate(scores_l) if scores_l else np.empty(0, np.float32)
+        from_graph = len(ids) - min(len(pending), len(ids))
+        if from_graph < (min(k + 8, sel_n - len(pending)) if restricted
+                         else min(k, sel_n - len(pending))):
+            return (*self.exact_search(q, k, names), False)  # too few: see above
+        return (*top_k(ids, scores, k), False)
 
     # ---- persistence of the graph (the expensive part to rebuild) -------------------------
     def save_graph(self, path: Path) -> bool:
@@ -360,8 +464,58 @@ class HNSWIndex(VectorIndex):
         settings; False (and no change) otherwise."""
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
-        if graph.ntotal != len(ids) or ids.dtype != np.int64:
+        if graph.ntotal != len(ids) or ids.dtype != np.int64 or ids.ndim != 1:
             return False
         self._adopt(graph, ids)
         self.schedule()
         return True
+
+
+def _hnsw_params(ef: int) -> faiss.SearchParameters:
+    """HNSW search parameters (faiss's stubs know neither the class nor its keywords)."""
+    params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+    params.efSearch = ef
+    return params
+
+
+class HNSWIndex(GraphIndex, VectorIndex):
+    """A graph over one exact index of its own (`exact_twin`): the single-part `GraphIndex`
+    behind the `VectorIndex` interface, for standalone use (benchmarks, tests). Restricted
+    searches are exact, from the twin."""
+
+    name = "hnsw"
+
+    def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
+                 ef_search: int = 128, min_rows: int = 20000, gather_max: int = 20000,
+                 storage: str = "sq8", rerank: int = 40,
+                 scheduler: Callable[[GraphIndex], None] | None = None):
+        GraphIndex.__init__(self, dim, m=m, ef_construction=ef_construction,
+                            ef_search=ef_search, min_rows=min_rows, storage=storage,
+                            rerank=rerank, scheduler=scheduler)
+        self.exact_twin = ExactIndex(dim, gather_max=gather_max)
+        self.attach("", self.exact_twin)
+
+    @property
+    def exact(self) -> bool:
+        return self._hnsw is None
+
+    def __len__(self) -> int:
+        return len(self.exact_twin)
+
+    def ids(self) -> np.ndarray:
+        return self.exact_twin.ids()
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
+        ids, vectors = self._check(ids, vectors)
+        self.add_rows("", ids, vectors, meta)
+
+    def remove(self, ids: np.ndarray) -> int:
+        return self.remove_rows(ids)
+
+    def search(
+        self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if candidates is not None:
+            return self.exact_twin.search(query, k, candidates)
+        ids, scores, _building = self.search_parts(query, k)
+        return ids, scores
