@@ -594,10 +594,11 @@ def _sweep_table(add: Any, qs: list[tuple[str, dict[str, Any]]]) -> None:
     add("")
     add("The typed planner (`run_search`, no JSON) on the cached store, one query at a time; "
         "*one stream*: the same queries restricted to one stream (camera 60%, lidar 15%, odom "
-        "15%, events 10% of them: the graph with that stream as a filter on its nodes, events "
-        "scanned exactly). Recall against brute force. The engine's setting is marked **in "
-        "use**; graphs of other M are built for the sweep over the same rows (build s, 2 "
-        "shared cores).")
+        "15%, events 10% of them: the graph's nearest rows of that stream; events, and a "
+        "stream too few of whose rows are near the query, scanned exactly). Recall against "
+        "brute force. The engine's setting is marked **in use**; rows of another M (when the "
+        "sweep is given some) are graphs built for it over the same rows (build s, 2 shared "
+        "cores). Latencies swing with the shared machine's load; compare recalls.")
     add("")
     add("| rows (vectors) | M | efSearch | semantic p50 ms | recall@5 | recall@10 | one stream "
         "p50 ms | one stream recall@5 | one stream recall@10 | build s |")
