@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.places import Place
 from memory_node.core.query import SearchRequest
 from memory_node.core.types import Observation, Pose
 from memory_node.fleet.credentials import redact, scrub
@@ -89,9 +90,8 @@ class FleetPlace:
 
     def info(self) -> dict[str, Any]:
         """The local `places` entry's shape, plus robot and map."""
-        return {"name": self.name, "x": round(self.x, 4), "y": round(self.y, 4),
-                "radius": round(self.radius, 4), "frame": self.frame, "robot": self.robot,
-                "map": self.map_id}
+        local = Place(self.name, self.x, self.y, self.radius, self.frame, self.t)
+        return {**local.info(), "robot": self.robot, "map": self.map_id}
 
 
 def schema_sql() -> str:
@@ -455,12 +455,7 @@ class FleetStore:
         if robots:
             conds.append("robot_id = ANY(%s)")
             params.append(list(robots))
-        if t_min is not None:
-            conds.append("t >= %s")
-            params.append(float(t_min))
-        if t_max is not None:
-            conds.append("t <= %s")
-            params.append(float(t_max))
+        _time_window(conds, params, "t", t_min, t_max)
         rows = self.run(lambda c: c.execute(
             "SELECT r.robot_id FROM memory_robots r WHERE EXISTS (SELECT 1 FROM"
             f" memory_observations o WHERE o.robot_id = r.robot_id AND {' AND '.join(conds)})"
@@ -473,12 +468,7 @@ class FleetStore:
         time order: that robot's pose history there (visits), as its own store keeps it."""
         conds: list[str] = ["robot_id = %s", "map_id = %s", "x IS NOT NULL", "y IS NOT NULL"]
         params: list[Any] = [robot_id, map_id]
-        if t_min is not None:
-            conds.append("t >= %s")
-            params.append(float(t_min))
-        if t_max is not None:
-            conds.append("t <= %s")
-            params.append(float(t_max))
+        _time_window(conds, params, "t", t_min, t_max)
         rows = self.run(lambda c: c.execute(
             f"SELECT t, x, y FROM memory_observations WHERE {' AND '.join(conds)}"
             " ORDER BY t, store_id, local_id", params).fetchall())
@@ -527,12 +517,7 @@ class FleetStore:
             else:
                 conds.append(f"o.map_id = %s AND {stand}")
                 params += [map_id, *sparams]
-        if req.t_min is not None:
-            conds.append("o.t >= %s")
-            params.append(req.t_min)
-        if req.t_max is not None:
-            conds.append("o.t <= %s")
-            params.append(req.t_max)
+        _time_window(conds, params, "o.t", req.t_min, req.t_max)
         from psycopg.types.json import Jsonb
 
         for key, value in req.tags.items():
@@ -641,3 +626,14 @@ class FleetStore:
         args += oparams_all + [int(limit)]
         rows = self.run(lambda c: c.execute(sql, args).fetchall())
         return [self._hit(r, None if r[17] is None else float(r[17])) for r in rows]
+
+
+def _time_window(conds: list[str], params: list[Any], column: str, t_min: float | None,
+                 t_max: float | None) -> None:
+    """Add `t_min <= column <= t_max` (either side optional) to a WHERE being built."""
+    if t_min is not None:
+        conds.append(f"{column} >= %s")
+        params.append(float(t_min))
+    if t_max is not None:
+        conds.append(f"{column} <= %s")
+        params.append(float(t_max))
