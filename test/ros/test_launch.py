@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -84,7 +85,11 @@ def test_launch_file_with_go2_config(ros_process, tmp_path):
     assert "already registered" not in proc.output  # rcl's duplicate node-name warning
     assert "ignoring the node-name remap" not in proc.output  # the launch file names no node
     os.kill(proc.pid, 2)
-    proc.popen.wait(20)
+    try:
+        proc.popen.wait(20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the launch did not stop within 20 s of one SIGINT; its output:\n"
+                    + proc.output)
     assert proc.popen.returncode == 0, proc.output
     assert "Traceback" not in proc.output
 
