@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 
@@ -22,6 +23,11 @@ _ISOLATION = isolate_ros_environment()
 if "ROS_LOG_DIR" not in os.environ:
     os.environ["ROS_LOG_DIR"] = tempfile.mkdtemp(prefix="memory_node-test-roslog-")
     atexit.register(shutil.rmtree, os.environ["ROS_LOG_DIR"], ignore_errors=True)
+# A run started in the background of a non-interactive shell (`cmd &`) inherits SIGINT
+# ignored, and so would every process the tests spawn: `launch` then never hears the Ctrl-C
+# the tests send it. Catching it here gives children the default, as a terminal would.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
