@@ -16,8 +16,8 @@ TEXTS = [f"note {i}: the {c} door near the {p}" for i, (c, p) in enumerate(
 QUERY = '{"semantic_query": "a blue door", "k": 3}'
 
 
-def test_queries_answer_exactly_while_a_graph_is_built(tmp_path, monkeypatch):
-    root = tmp_path / "m"
+def saved_with_graph(root) -> dict:
+    """A store of TEXTS whose graph is built and cached; QUERY's answer from it."""
     eng = make_engine(root, FakeClock(), PoseBox(Pose(0, 0)), hnsw_min_rows=5)
     for text in TEXTS:
         eng.save(text)
@@ -25,6 +25,12 @@ def test_queries_answer_exactly_while_a_graph_is_built(tmp_path, monkeypatch):
     want = json.loads(eng.search(QUERY))
     assert "notes" not in want
     eng.close()
+    return want
+
+
+def test_queries_answer_exactly_while_a_graph_is_built(tmp_path, monkeypatch):
+    root = tmp_path / "m"
+    want = saved_with_graph(root)
     shutil.rmtree(root / "index")  # the next start has to build the graph again
 
     gate = threading.Event()

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from engine_support import FakeClock, PoseBox, make_engine
 from test_index_cache import DIM, _manager, _small_store
+from test_index_graph import QUERY, saved_with_graph
 
 import memory_node.core.index_manager as im
 from memory_node.core.types import Observation, Pose
@@ -119,21 +120,10 @@ def test_rows_added_after_a_start_rank_exactly_and_leave_the_cache_files_alone(c
     again.store.close()
 
 
-TEXTS = [f"note {i}: the {c} door near the {p}" for i, (c, p) in enumerate(
-    (c, p) for c in ("red", "green", "blue", "white") for p in ("kitchen", "lab", "dock"))]
-QUERY = '{"semantic_query": "a blue door", "k": 3}'
-
-
 def test_a_graph_found_damaged_in_the_background_is_rebuilt_with_one_warning(
         tmp_path, caplog, held_graph_reads):
     root = tmp_path / "m"
-    eng = make_engine(root, FakeClock(), PoseBox(Pose(0, 0)), hnsw_min_rows=5)
-    for text in TEXTS:
-        eng.save(text)
-    assert eng.indexes.wait_for_graphs(60)
-    want = json.loads(eng.search(QUERY))
-    assert "notes" not in want
-    eng.close()
+    want = saved_with_graph(root)
     manifest = json.loads((root / "index" / "manifest.json").read_text())
     [graph] = (root / "index" / manifest["dir"]).glob("*.graph.hnsw")
     data = bytearray(graph.read_bytes())

@@ -143,8 +143,8 @@ QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("query", QUERIES, ids=[json.dumps(q)[:60] for q in QUERIES])
-def test_fleet_answers_equal_the_robots_own_engine(fleet, query):
+def _robot_and_fleet(fleet, query: dict) -> tuple[dict, dict]:
+    """r1's answer from its own engine, and the fleet's to the same query for robot r1."""
     local = make_engine(fleet["base"] / "r1", clock=fleet["clock"], pose=fleet["pose"])
     try:
         want = json.loads(local.search(json.dumps(query)))
@@ -152,6 +152,12 @@ def test_fleet_answers_equal_the_robots_own_engine(fleet, query):
         local.close()
     got = json.loads(fleet["engine"]("r1").search(json.dumps({**query, "robot": "r1"})))
     assert want["ok"] and got["ok"], (want, got)
+    return want, got
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=[json.dumps(q)[:60] for q in QUERIES])
+def test_fleet_answers_equal_the_robots_own_engine(fleet, query):
+    want, got = _robot_and_fleet(fleet, query)
     assert got["count"] == want["count"]
     assert all(r["robot"] == "r1" and r["map"] in ("r1/map", None) for r in got["results"])
     ids = _local_ids(fleet["url"], [r["id"] for r in got["results"]])
@@ -225,13 +231,7 @@ VISITS = [
 
 @pytest.mark.parametrize("query", VISITS, ids=[json.dumps(q)[:60] for q in VISITS])
 def test_fleet_visits_equal_the_robots_own(fleet, query):
-    local = make_engine(fleet["base"] / "r1", clock=fleet["clock"], pose=fleet["pose"])
-    try:
-        want = json.loads(local.search(json.dumps(query)))
-    finally:
-        local.close()
-    got = json.loads(fleet["engine"]("r1").search(json.dumps({**query, "robot": "r1"})))
-    assert want["ok"] and got["ok"], (want, got)
+    want, got = _robot_and_fleet(fleet, query)
     assert all(v.pop("robot") == "r1" for v in got["visits"])
     got.pop("took_ms")
     want.pop("took_ms")
