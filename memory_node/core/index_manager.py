@@ -103,6 +103,11 @@ class IndexManager:
         graph = self._graphs.get(model_id)
         return graph is not None and graph.building
 
+    def reading(self, model_id: str) -> bool:
+        """Whether `model_id`'s cached graph is still to be read by the background (searches
+        it would serve are exact until then; no build is needed)."""
+        return model_id in self._graph_sources
+
     def graph(self, model_id: str) -> GraphIndex | None:
         return self._graphs.get(model_id)
 

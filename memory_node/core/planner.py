@@ -155,8 +155,10 @@ class QueryPlanner:
             ids, scores, building = self.indexes.search(
                 model_id, qv, req.k, None if req.streams is None else tuple(names))
             if building:
+                doing = ("read from the index cache" if self.indexes.reading(model_id)
+                         else "built in the background")
                 notes.append(f"exact search over {', '.join(sorted(names))}: the graph index "
-                             "of their vectors is being built in the background")
+                             f"of their vectors is being {doing}")
             hits.add(ids, scores)
         return hits
 

@@ -134,7 +134,8 @@ def test_a_graph_found_damaged_in_the_background_is_rebuilt_with_one_warning(
         eng = make_engine(root, FakeClock(), PoseBox(Pose(0, 0)), hnsw_min_rows=5)
         got = json.loads(eng.search(QUERY))  # the graph is not read yet: exact, and noted
         assert got["results"] == want["results"]
-        assert any("events" in n for n in got["notes"])
+        assert any("events" in n and "being read from the index cache" in n
+                   for n in got["notes"])
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         held_graph_reads.set()
         assert eng.indexes.wait_for_graphs(60)
