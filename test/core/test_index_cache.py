@@ -408,3 +408,27 @@ def test_close_says_whether_the_cache_was_written(tmp_path, caplog, monkeypatch)
         assert eng.close() is False
     finally:
         held.release()
+
+
+def test_a_new_memory_db_packs_384_d_vectors_into_its_pages(tmp_path):
+    """Disk per row: 4 KiB pages held two 1,536-byte vectors each and left a quarter of the
+    vectors table empty; a new memory.db uses pages the vectors fill."""
+    import sqlite3
+
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+    from memory_node.core.types import Observation
+
+    st = SqliteObservationStore(tmp_path / "memory.db")
+    n, dim = 3000, 384
+    vecs = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32)
+    st.insert([Observation(stream="camera", t=1000.0 + i, model_id="m") for i in range(n)],
+              list(vecs))
+    st.close()
+    con = sqlite3.connect(tmp_path / "memory.db")
+    try:
+        used, unused = con.execute(
+            "SELECT sum(pgsize), sum(unused) FROM dbstat WHERE name = 'vectors'").fetchone()
+    finally:
+        con.close()
+    assert used <= 1.1 * n * dim * 4, f"{used} bytes for {n * dim * 4} bytes of vectors"
+    assert unused <= 0.1 * used
