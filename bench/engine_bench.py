@@ -707,7 +707,10 @@ def section_footprint(n: int, seed: int, vectors: str, log: Log,
     db = sum(p.stat().st_size for p in mem.glob("memory.db*")) / 2**20
     idx = disk_used_mb(mem / "index")
     manifest = json.loads((mem / "index" / "manifest.json").read_text())
-    graphs = sum(1 for k in manifest["keys"] if k.get("hnsw"))
+    # Manifest 4 lists one graph per model; earlier ones flagged each stream's entry.
+    graphs = len(manifest.get("graphs") or []) or sum(1 for k in manifest["keys"]
+                                                       if k.get("hnsw"))
+    parts = _disk_parts(mem, manifest)
     now = _probe_median(mem, ds_model, "now")
     # Waiting for graphs means building them when the cache has none (minutes to an hour).
     ready = _probe_median(mem, ds_model, "ready") if graphs else None
@@ -731,6 +734,7 @@ def section_footprint(n: int, seed: int, vectors: str, log: Log,
         "n": n, "disk_db_mb": round(db, 1), "disk_index_mb": round(idx, 1),
         "disk_index_apparent_mb": round(dir_size_mb(mem / "index"), 1),
         "disk_per_100k_mb": round((db + idx) / per, 1),
+        "disk_parts_per_100k_mb": {k: round(v / per, 1) for k, v in parts.items()},
         "cached_graphs": graphs, "start_cache_load": now, "start_graphs_ready": ready,
         "start_before": prev, "start_rebuild": rebuilt,
         "rss_per_100k_mb": _per_100k(ready or now, n)["total"],
@@ -743,6 +747,27 @@ def section_footprint(n: int, seed: int, vectors: str, log: Log,
         + (f", before {prev['open_s']:.2f} s + {prev['first_query_ms']:.0f} ms" if prev else "")
         + f"; RSS/100k {out['rss_per_100k_split_mb']}, disk {db + idx:.0f} MB")
     return out
+
+
+def _disk_parts(mem: Path, manifest: dict[str, Any]) -> dict[str, float]:
+    """Where the disk goes (MB allocated): memory.db's vectors table and the rest of it, and
+    the cache's vector arrays, id and time/place arrays, and graphs."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{mem / 'memory.db'}?mode=ro", uri=True)
+    try:
+        vec_b = con.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = 'vectors'"
+                            ).fetchone()[0]
+    finally:
+        con.close()
+    db_b = sum(p.stat().st_blocks * 512 for p in mem.glob("memory.db*"))
+    out = {"db_vectors": vec_b, "db_rest": db_b - vec_b, "cache_vectors": 0,
+           "cache_ids_meta": 0, "cache_graphs": 0}
+    for p in (mem / "index" / manifest.get("dir", ".")).iterdir():
+        kind = ("cache_vectors" if p.name.endswith(".vecs.npy") else
+                "cache_graphs" if ".graph." in p.name else "cache_ids_meta")
+        out[kind] += p.stat().st_blocks * 512
+    return {k: v / 2**20 for k, v in out.items()}
 
 
 # ---- the hardware limit line --------------------------------------------------------------------

@@ -437,6 +437,19 @@ def write_report(out: Path, report: Path) -> None:
                 f"{ready['first_query_ms'] if ready else '–'} | "
                 f"{_prev(prev)} | {rebuild} |")
         add("")
+        split_rows = [(k, f) for k, f in fs if f.get("disk_parts_per_100k_mb")]
+        if split_rows:
+            add("Disk per 100k rows, by part (MB allocated):")
+            add("")
+            add("| rows | memory.db: vectors table | memory.db: the rest | cache: vectors | "
+                "cache: ids, times, places | cache: graphs | total |")
+            add("|---|---|---|---|---|---|---|")
+            for _k, f in split_rows:
+                d = f["disk_parts_per_100k_mb"]
+                add(f"| {scale_label(f['n'])} | {d['db_vectors']} | {d['db_rest']} | "
+                    f"{d['cache_vectors']} | {d['cache_ids_meta']} | {d['cache_graphs']} | "
+                    f"{round(sum(d.values()), 1)} |")
+            add("")
         add("Start-up is `MemoryEngine(...)` in a fresh process with a lookup embedder (model "
             "load excluded; see the embedding section), by bench/probe.py. *open + first "
             "query*: the engine opened on its index cache and asked one unfiltered semantic "
@@ -623,7 +636,7 @@ def _index_section(add: Any, res: dict[str, Any]) -> None:
         add("Not run (`python -m bench --only index --scales 100k`).")
         add("")
         return
-    add("Command: `.venv/bin/python -m bench --only index --scales 100k --vectors synthetic "
+    add("Command: `.venv/bin/python -m bench --only index --scales 100k,1M --vectors synthetic "
         "--queries 200` (bench/index_bench.py). Every ratio compares two figures measured in "
         "the same process on the same data.")
     add("")
@@ -645,14 +658,21 @@ def _index_section(add: Any, res: dict[str, Any]) -> None:
                 f"graphs idle | {r['ratio_p50'][kind]}x |")
             add(f"| {kind} p99 while rebuilding | {_f(r['during'][kind]['p99'])} ms | "
                 f"{_f(r['idle'][kind]['p99'])} ms, graphs idle | {r['ratio_p99'][kind]}x |")
+        inline = ("the inline build the previous release ran inside it"
+                  if c.get("inline_from", "inline") == "inline" else
+                  "the build the previous release ran inside it (taken from the background "
+                  "rebuild above, same rows)")
         add(f"| first unfiltered query after a start with no cached graph | "
             f"{_f(c['first_query_ms'], 2)} ms (exact; notes say so: {c['first_query_noted']}) "
-            f"| {c['inline_build_s']} s: the inline build the previous release ran inside it "
+            f"| {c['inline_build_s']} s: {inline} "
             f"| {c['first_query_ratio']}x sooner |")
         q = c["queries_while_building"]
+        ready = (f"graphs ready after {c['graphs_ready_s']} s" if c["graphs_ready_s"] is not None
+                 else f"watched for the first {c.get('watched_s')} s of the build (a whole "
+                 "build is timed above)")
         add(f"| semantic queries while graphs build from nothing | p50 {_f(q['p50'])} ms, "
-            f"p99 {_f(q['p99'])} ms, exact {_pct(c['exact_while_building'])} | graphs ready "
-            f"after {c['graphs_ready_s']} s (open {c['open_s']} s) | – |")
+            f"p99 {_f(q['p99'])} ms, exact {_pct(c['exact_while_building'])} | {ready} "
+            f"(open {c['open_s']} s) | – |")
         add(f"| combined path, camera rows ({t['rows']}), 5% inserted late | p50 "
             f"{_f(t['late_now']['p50'])} ms | in time order p50 {_f(t['in_order']['p50'])} ms "
             f"| {t['ratio_late_vs_in_order']}x |")
