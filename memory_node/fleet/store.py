@@ -76,22 +76,15 @@ class FleetHit:
 
 
 @dataclass(frozen=True)
-class FleetPlace:
-    """A named place in the fleet store: whose, on which map."""
+class FleetPlace(Place):
+    """A named place in the fleet store: a robot's own place, plus whose and on which map."""
 
     robot: str
-    name: str
     map_id: str | None
-    x: float
-    y: float
-    radius: float
-    frame: str | None
-    t: float
 
     def info(self) -> dict[str, Any]:
         """The local `places` entry's shape, plus robot and map."""
-        local = Place(self.name, self.x, self.y, self.radius, self.frame, self.t)
-        return {**local.info(), "robot": self.robot, "map": self.map_id}
+        return {**super().info(), "robot": self.robot, "map": self.map_id}
 
 
 def schema_sql() -> str:
@@ -437,7 +430,7 @@ class FleetStore:
         if name_key is not None:
             conds.append("name_key = %s")
             params.append(name_key)
-        sql = ("SELECT robot_id, name, map_id, x, y, radius, frame, t FROM ("
+        sql = ("SELECT name, x, y, radius, frame, t, robot_id, map_id FROM ("
                " SELECT DISTINCT ON (robot_id, name_key) * FROM memory_places"
                f" WHERE {' AND '.join(conds)} ORDER BY robot_id, name_key, t DESC, store_id) p"
                " WHERE NOT removed" + (" AND map_id = %s" if map_id else "")
