@@ -432,3 +432,34 @@ def test_a_new_memory_db_packs_384_d_vectors_into_its_pages(tmp_path):
         con.close()
     assert used <= 1.1 * n * dim * 4, f"{used} bytes for {n * dim * 4} bytes of vectors"
     assert unused <= 0.1 * used
+
+
+def test_an_existing_memory_db_keeps_its_page_size_and_rows(tmp_path):
+    """An upgrade opens a database written with 4 KiB pages as it is: same rows, same pages."""
+    import sqlite3
+
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+    from memory_node.core.types import Observation
+
+    path = tmp_path / "memory.db"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size=4096")
+    con.execute("PRAGMA journal_mode=WAL")
+    con.close()
+    st = SqliteObservationStore(path)
+    vecs = np.random.default_rng(1).standard_normal((10, DIM)).astype(np.float32)
+    st.insert([Observation(stream="camera", t=1000.0 + i, model_id="m") for i in range(10)],
+              list(vecs))
+    st.close()
+    again = SqliteObservationStore(path)
+    try:
+        got = {oid: np.frombuffer(blob, np.float32) for oid, *_r, blob in again.all_vectors()}
+    finally:
+        again.close()
+    assert sorted(got) == list(range(1, 11))
+    assert all(np.array_equal(got[i + 1], vecs[i]) for i in range(10))
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA page_size").fetchone()[0] == 4096
+    finally:
+        con.close()
