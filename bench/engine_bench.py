@@ -705,6 +705,8 @@ def section_footprint(n: int, seed: int, vectors: str, log: Log,
     mem = d / "memory"
     ds_model = (d / "model_id").read_text()
     db = sum(p.stat().st_size for p in mem.glob("memory.db*")) / 2**20
+    if (mem / "vectors").is_dir():  # the vector files (since manifest 5): the store's too
+        db += disk_used_mb(mem / "vectors")
     idx = disk_used_mb(mem / "index")
     manifest = json.loads((mem / "index" / "manifest.json").read_text())
     # Manifest 4 lists one graph per model; earlier ones flagged each stream's entry.
@@ -750,8 +752,9 @@ def section_footprint(n: int, seed: int, vectors: str, log: Log,
 
 
 def _disk_parts(mem: Path, manifest: dict[str, Any]) -> dict[str, float]:
-    """Where the disk goes (MB allocated): memory.db's vectors table and the rest of it, and
-    the cache's vector arrays, id and time/place arrays, and graphs."""
+    """Where the disk goes (MB allocated): memory.db's vectors table and the rest of it, the
+    vector files, and the cache's id, slot and time/place arrays, and graphs (a cache of an
+    earlier release also held vector arrays)."""
     import sqlite3
 
     con = sqlite3.connect(f"file:{mem / 'memory.db'}?mode=ro", uri=True)
@@ -762,7 +765,8 @@ def _disk_parts(mem: Path, manifest: dict[str, Any]) -> dict[str, float]:
         con.close()
     db_b = sum(p.stat().st_blocks * 512 for p in mem.glob("memory.db*"))
     out = {"db_vectors": vec_b, "db_rest": db_b - vec_b, "cache_vectors": 0,
-           "cache_ids_meta": 0, "cache_graphs": 0}
+           "cache_ids_meta": 0, "cache_graphs": 0,
+           "vector_files": sum(p.stat().st_blocks * 512 for p in (mem / "vectors").glob("*"))}
     for p in (mem / "index" / manifest.get("dir", ".")).iterdir():
         kind = ("cache_vectors" if p.name.endswith(".vecs.npy") else
                 "cache_graphs" if ".graph." in p.name else "cache_ids_meta")

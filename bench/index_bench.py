@@ -215,7 +215,7 @@ def _time_order(ds: Any, queries: list[dict[str, Any]]) -> dict[str, Any]:
         xy = m[pos, 1:]
         pos = pos[(xy[:, 0] - q["near"][0]) ** 2 + (xy[:, 1] - q["near"][1]) ** 2
                   <= RADIUS * RADIUS]
-        v = idx_late.vectors()[pos] @ np.asarray(q["vec"], np.float32)
+        v = idx_late.vectors_at(pos) @ np.asarray(q["vec"], np.float32)
         return top_k(idx_late.ids_at(pos), v, K)
 
     lat_in, got_in = run(new_path(idx_in))
@@ -239,7 +239,7 @@ def _cache_costs(d: Path, ds: Any, queries: list[dict[str, Any]], scratch: Path
     t0 = time.perf_counter()
     files = [p for p in (mem / "index").rglob("*") if p.is_file() and p.name != ".lock"]
     for p in files:  # the checksums the open runs: the arrays (graphs: in the background)
-        if p.name.endswith((".ids.npy", ".vecs.npy", ".meta.npy")):
+        if p.name.endswith((".ids.npy", ".slots.npy", ".meta.npy")):
             im._file_sum(p)  # noqa: SLF001 - the checksum pass the loader runs, timed alone
     sum_s = time.perf_counter() - t0
     size_mb = sum(p.stat().st_size for p in files) / 2**20

@@ -456,14 +456,17 @@ def write_report(out: Path, report: Path) -> None:
         if split_rows:
             add("Disk per 100k rows, by part (MB allocated):")
             add("")
-            add("| rows | memory.db: vectors table | memory.db: the rest | cache: vectors | "
-                "cache: ids, times, places | cache: graphs | total |")
-            add("|---|---|---|---|---|---|---|")
+            labels = {"db_vectors": "memory.db: vectors table", "db_rest": "memory.db: the rest",
+                      "vector_files": "vector files", "cache_vectors": "cache: vectors",
+                      "cache_ids_meta": "cache: ids, slots, times, places",
+                      "cache_graphs": "cache: graphs"}
+            add("| rows | " + " | ".join(labels.values()) + " | total |")
+            add("|---|" + "---|" * (len(labels) + 1))
             for _k, f in split_rows:
                 d = f["disk_parts_per_100k_mb"]
-                add(f"| {scale_label(f['n'])} | {d['db_vectors']} | {d['db_rest']} | "
-                    f"{d['cache_vectors']} | {d['cache_ids_meta']} | {d['cache_graphs']} | "
-                    f"{round(sum(d.values()), 1)} |")
+                add(f"| {scale_label(f['n'])} | "
+                    + " | ".join(str(d.get(k, "–")) for k in labels)
+                    + f" | {round(sum(d.values()), 1)} |")
             add("")
         add("Start-up is `MemoryEngine(...)` in a fresh process with a lookup embedder (model "
             "load excluded; see the embedding section), by bench/probe.py. *open + first "

@@ -44,17 +44,20 @@ import faiss
 import numpy as np
 
 from memory_node.core.config import MemoryConfig
+from memory_node.core.store.base import KeyVectors
 from memory_node.core.store.sqlite_store import SqliteObservationStore
+from memory_node.core.store.vector_files import DIR_NAME, row_crcs
 from memory_node.core.vectors.exact import ExactIndex
 from memory_node.core.vectors.faiss_index import GraphIndex
 
 log = logging.getLogger("memory_node.index")
 
 Key = tuple[str, str]  # (model_id, stream)
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 # 2: files beside the manifest, no checksums; 2 and 3: a graph per stream (not read: one graph
-# per model is built in the background instead).
-READABLE_VERSIONS = (2, 3, 4)
+# per model is built in the background instead); up to 4: vectors in the cache (the indexes
+# are read from memory.db and the vector files instead; a version-4 graph is kept).
+READABLE_VERSIONS = (2, 3, 4, 5)
 MANIFEST = "manifest.json"
 LOCK_NAME = ".lock"
 PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's write
@@ -71,6 +74,17 @@ def _meta(t: float | None, x: float | None, y: float | None) -> tuple[float, flo
     if t is None:
         raise TypeError("a vector row without a time")
     return (float(t), np.nan if x is None else float(x), np.nan if y is None else float(y))
+
+
+class _Adds:
+    """Rows of one key from a run of the change feed: ids, where their vectors are, meta."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.ids: list[int] = []
+        self.gens: list[int] = []
+        self.slots: list[int] = []
+        self.metas: list[tuple[float, float, float]] = []
 
 
 def _file_base(key: Key) -> str:
@@ -97,6 +111,8 @@ class IndexManager:
         self._graphs_read = threading.Event()  # set: no cached graph is left to read
         self._graphs_read.set()
         self._starting = False  # graphs made while loading wait for the end to be scheduled
+        # key -> (file generation, rows, CRC-32 of those rows): what the last persist recorded
+        self._crc: dict[Key, tuple[int, int, int]] = {}
 
     def building(self, model_id: str) -> bool:
         """Whether `model_id`'s graph is still being built (searches it would serve are exact)."""
@@ -150,13 +166,6 @@ class IndexManager:
         for key, idx in indexes.items():
             self._indexes[key] = idx
             self._graph_of(key[0], idx.dim).attach(key[1], idx)
-
-    def _twin(self, key: Key, dim: int) -> ExactIndex:
-        idx = self._indexes.get(key)
-        if idx is None:
-            idx = self._indexes[key] = self._new(dim)
-            self._graph_of(key[0], dim).attach(key[1], idx)
-        return idx
 
     def search(self, model_id: str, query: np.ndarray, k: int,
                streams: tuple[str, ...] | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -214,7 +223,7 @@ class IndexManager:
                 return 0
             self._data_version = dv
             applied = 0
-            adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]] = {}
+            adds: dict[Key, _Adds] = {}
             removes: list[int] = []
             for ch in self.store.vector_changes(self._seq):
                 self._seq = ch.seq
@@ -222,14 +231,15 @@ class IndexManager:
                     if removes:  # keep the feed's order between runs of adds and removals
                         self._remove(removes)
                         removes = []
-                    # An add always carries its model, stream and vector (the feed's contract).
+                    # An add always carries its model, stream and place (the feed's contract).
                     assert ch.model_id is not None and ch.stream is not None
-                    assert ch.vector is not None
+                    assert ch.vector is not None and ch.gen is not None and ch.slot is not None
                     key = (ch.model_id, ch.stream)
-                    ids, vecs, metas = adds.setdefault(key, ([], [], []))
-                    ids.append(ch.obs_id)
-                    vecs.append(ch.vector)
-                    metas.append(_meta(ch.t, ch.x, ch.y))
+                    add = adds.setdefault(key, _Adds(len(ch.vector)))
+                    add.ids.append(ch.obs_id)
+                    add.gens.append(ch.gen)
+                    add.slots.append(ch.slot)
+                    add.metas.append(_meta(ch.t, ch.x, ch.y))
                 else:
                     self._flush(adds)
                     adds = {}
@@ -237,6 +247,11 @@ class IndexManager:
                 applied += 1
             self._remove(removes)
             self._flush(adds)
+            # A file compaction rewrote (a new generation) moves its index's slots.
+            for key, (gen, _dim, _rows) in self.store.vector_file_states().items():
+                idx = self._indexes.get(key)
+                if idx is not None and idx.source != gen:
+                    self._move(key)
             return applied
 
     def _remove(self, ids: list[int]) -> None:
@@ -245,14 +260,97 @@ class IndexManager:
             for graph in self._graphs.values():
                 graph.remove_rows(arr)
 
-    def _flush(self, adds: dict[Key, tuple[list[int], list[np.ndarray], list[tuple]]]) -> None:
-        for key, (ids, vecs, metas) in adds.items():
-            arr = np.asarray(ids, np.int64)
-            idx = self._twin(key, len(vecs[0]))
+    def _flush(self, adds: dict[Key, _Adds]) -> None:
+        for key, add in adds.items():
+            arr = np.asarray(add.ids, np.int64)
+            slots = np.asarray(add.slots, np.int64)
+            metas = np.asarray(add.metas, np.float64)
+            idx = self._indexes.get(key)
+            gen = add.gens[-1]
+            if idx is not None and (idx.source != gen or any(g != gen for g in add.gens)):
+                # The file was rewritten since: take the rows' slots in the current one.
+                kv = self._move(key)
+                if kv is None:
+                    continue
+                at = {int(i): j for j, i in enumerate(kv.ids.tolist())}
+                keep = [j for j, i in enumerate(add.ids) if i in at]
+                arr, metas = arr[keep], metas[keep]
+                slots = np.asarray([kv.slots[at[int(i)]] for i in arr], np.int64)
+                gen = kv.gen
+            if not len(arr):
+                continue
+            idx = self._file_index(key, gen, add.dim, int(slots.max()) + 1)
+            if idx is None:
+                continue
             graph = self._graphs[key[0]]
             if len(idx.positions(arr)):  # a row re-embedded later (set_vector): not twice
                 graph.remove_rows(arr)
-            graph.add_rows(key[1], arr, np.stack(vecs), np.asarray(metas, np.float64))
+            graph.add_rows(key[1], arr, None, metas, slots)
+
+    def _file_index(self, key: Key, gen: int, dim: int, rows: int) -> ExactIndex | None:
+        """`key`'s index over generation `gen` of its vector file, mapped far enough to hold
+        `rows` rows (created when new, its map renewed when the file grew)."""
+        try:
+            vmap = self.store.files.map(key[0], key[1], gen, dim, rows)
+        except (OSError, ValueError) as exc:
+            log.error("vector file of %s in %s unreadable (%s): its new rows stay unindexed "
+                      "until the next start checks it", key[0], key[1], exc)
+            return None
+        idx = self._indexes.get(key)
+        if idx is None:
+            idx = self._indexes[key] = self._new(dim)
+            idx.use_file(vmap.array, gen)
+            self._graph_of(key[0], dim).attach(key[1], idx)
+        elif len(vmap.array) > len(idx.storage()):
+            idx.grow_file(vmap.array, gen)
+        return idx
+
+    def _move(self, key: Key) -> KeyVectors | None:
+        """Point `key`'s index at its file's current generation (compaction rewrote it)."""
+        kv = self.store.key_vectors(*key)
+        idx = self._indexes[key]
+        try:
+            vmap = self.store.files.map(key[0], key[1], kv.gen, kv.dim, kv.rows)
+        except (OSError, ValueError) as exc:
+            log.error("vector file of %s in %s unreadable after compaction (%s)", key[0],
+                      key[1], exc)
+            return None
+        gone = idx.move_to_file(vmap.array, kv.gen, kv.ids, kv.slots)
+        if len(gone):
+            self._remove(gone.tolist())
+        return kv
+
+    # ---- building an index from memory.db ------------------------------------------------------
+    def _key_from_db(self, key: Key) -> ExactIndex | None:
+        """`key`'s index from memory.db's slots and its vector file, every row's checksum
+        checked: a damaged row loses its vector (logged; its text is embedded again at the
+        next start), never a wrong score. None when the key has no vector left."""
+        kv = self.store.key_vectors(*key)
+        if not len(kv.ids):
+            return None
+        path = self.store.files.path(key[0], key[1], kv.gen)
+        try:
+            storage = self.store.files.map(key[0], key[1], kv.gen, kv.dim, 0).array
+        except OSError:
+            storage = np.empty((0, kv.dim), np.float32)
+        short = kv.slots >= len(storage)
+        bad = short.copy()
+        inside = np.nonzero(~short)[0]
+        for start in range(0, len(inside), 65536):
+            chunk = inside[start:start + 65536]
+            crcs = np.asarray(row_crcs(storage[kv.slots[chunk]]), np.int64)
+            bad[chunk[crcs != kv.crcs[chunk]]] = True
+        if bad.any():
+            why = ("missing or shorter than memory.db says" if short.any()
+                   else "rows whose bytes differ from their checksum in memory.db")
+            self.store.drop_vectors(kv.ids[bad].tolist(), f"{DIR_NAME}/{path.name}: {why}")
+            keep = ~bad
+            kv.ids, kv.slots, kv.meta = kv.ids[keep], kv.slots[keep], kv.meta[keep]
+            if not len(kv.ids):
+                return None
+        idx = self._new(kv.dim)
+        idx.use_file(storage, kv.gen, kv.ids, kv.slots, kv.meta, len(kv.ids))
+        return idx
 
     # ---- start-up -------------------------------------------------------------------------
     def load_or_rebuild(self) -> None:
@@ -300,20 +398,15 @@ class IndexManager:
                     "memory.db", exc.file, exc.why)
 
     def _rebuild(self) -> None:
+        """Every index from memory.db and the vector files (mapped, not copied)."""
         self._drop_graph_sources()
         self._indexes, self._graphs = {}, {}
         self._seq = self.store.max_vector_seq()
-        batch: dict[Key, tuple[list[int], list[bytes], list[tuple]]] = {}
-        for oid, stream, model_id, t, x, y, blob in self.store.all_vectors():
-            ids, blobs, metas = batch.setdefault((model_id, stream), ([], [], []))
-            ids.append(oid)
-            blobs.append(blob)
-            metas.append(_meta(t, x, y))
         indexes = {}
-        for key, (ids, blobs, metas) in batch.items():
-            vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
-            idx = indexes[key] = self._new(vecs.shape[1])
-            idx.add(np.asarray(ids, np.int64), vecs, np.asarray(metas, np.float64))
+        for key in self.store.vector_file_states():
+            idx = self._key_from_db(key)
+            if idx is not None:
+                indexes[key] = idx
         self._attach(indexes)
         # Rows added while we read are in the feed after `_seq`... but so are rows we did read;
         # `_flush` de-duplicates re-adds, so replaying them is harmless.
@@ -331,8 +424,15 @@ class IndexManager:
             raise CacheDamaged(MANIFEST, "it is newer than memory.db")
         gen = d / manifest.get("dir", ".")
         indexes: dict[Key, ExactIndex] = {}
-        for entry in manifest["keys"]:
-            indexes[(entry["model_id"], entry["stream"])] = self._load_entry(gen, entry)
+        states = self.store.vector_file_states()
+        if manifest.get("version", 0) < 5:
+            log.info("index cache of an earlier release (vectors in the cache): indexes read "
+                     "from memory.db and %s/, cached graphs kept", DIR_NAME)
+            loaded = {key: self._key_from_db(key) for key in states}
+        else:
+            loaded = {(e["model_id"], e["stream"]): self._load_entry(gen, e, states)
+                      for e in manifest["keys"]}
+        indexes = {key: idx for key, idx in loaded.items() if idx is not None}
         self._attach(indexes)
         sources: dict[str, GraphSource] = {}
         try:
@@ -361,31 +461,46 @@ class IndexManager:
             self._worker.submit(self._load_graphs)
         return True
 
-    def _load_entry(self, gen: Path, entry: dict) -> ExactIndex:
-        """One key's cached exact index, checked against its manifest entry and
-        memory-mapped."""
-        files = entry.get("files")  # version 2 (no checksums): structure checks only
-        base = entry["file"]
-
-        def name(part: str) -> str:
-            return Path(base).with_suffix("." + part).name if files is None else f"{base}.{part}"
-
-        for part in ("ids.npy", "vecs.npy", "meta.npy"):
-            if files is not None:
-                _check_file(gen, name(part), files.get(part))
-        ids, n_ids = _np_map(gen, name("ids.npy"))
-        vecs, n_vecs = _np_map(gen, name("vecs.npy"))
-        meta, n_meta = _np_map(gen, name("meta.npy"))
+    def _load_entry(self, gen: Path, entry: dict, states: dict[Key, tuple[int, int, int]]
+                    ) -> ExactIndex | None:
+        """One key's cached index: ids, slots and (t, x, y) checked against the manifest and
+        memory-mapped, over its vector file, whose rows the manifest covers are checksummed.
+        A file compaction has rewritten since, or one that fails its checksum, is read from
+        memory.db instead (which finds and unindexes damaged rows)."""
+        key: Key = (entry["model_id"], entry["stream"])
+        files, base = entry.get("files") or {}, entry["file"]
+        for part in ("ids.npy", "slots.npy", "meta.npy"):
+            _check_file(gen, f"{base}.{part}", files.get(part))
+        ids, n_ids = _np_map(gen, f"{base}.ids.npy")
+        slots, n_slots = _np_map(gen, f"{base}.slots.npy")
+        meta, n_meta = _np_map(gen, f"{base}.meta.npy")
         n, dim = int(entry["n"]), int(entry["dim"])
-        if (n_ids, n_vecs, n_meta) != (n, n, n) or ids.shape[1:] != () \
-                or vecs.shape[1:] != (dim,) or meta.shape[1:] != (3,):
+        if (n_ids, n_slots, n_meta) != (n, n, n) or ids.shape[1:] != () \
+                or slots.shape[1:] != () or meta.shape[1:] != (3,):
             raise CacheDamaged(f"{base}.*.npy", "shapes do not match the manifest")
-        if ids.dtype != np.int64 or vecs.dtype != np.float32 or meta.dtype != np.float64:
+        if ids.dtype != np.int64 or slots.dtype != np.int64 or meta.dtype != np.float64:
             raise CacheDamaged(f"{base}.*.npy", "types do not match the manifest")
         if n and not _unique_positive(ids[:n]):
             raise CacheDamaged(f"{base}.ids.npy", "its ids are not unique positive ids")
+        vec = entry.get("vectors") or {}
+        state = states.get(key)
+        if state is None or state[0] != vec.get("gen") or state[1] != dim:
+            return self._key_from_db(key)  # compaction wrote a new generation since
+        rows = int(vec.get("rows", -1))
+        if not 0 <= rows <= state[2] or (n and (slots[:n].min() < 0
+                                                or slots[:n].max() >= rows)):
+            raise CacheDamaged(f"{base}.slots.npy", "slots outside the vector file")
+        path = self.store.files.path(key[0], key[1], state[0])
+        try:
+            crc = _crc_prefix(path, rows * 4 * dim)
+            vmap = self.store.files.map(key[0], key[1], state[0], dim, rows)
+        except (OSError, ValueError):
+            crc = None
+        if crc is None or f"{crc:08x}" != vec.get("crc32"):
+            return self._key_from_db(key)  # checks every row: damaged ones are unindexed
+        self._crc[key] = (state[0], rows, crc)
         idx = self._new(dim)
-        idx.attach(ids, vecs, meta, n)
+        idx.use_file(vmap.array, state[0], ids, slots, meta, n)
         return idx
 
     def _drop_graph_sources(self) -> None:
@@ -427,36 +542,42 @@ class IndexManager:
 
     def _verify_sample(self, per_key: int = 32) -> CacheDamaged | None:
         """Compare a sample of cached rows with memory.db, both ways: each sampled cached
-        vector must be the row's vector there, and sampled rows of the feed that still have a
-        vector must be cached. Cheap (a few hundred primary-key reads)."""
+        row must be that row of memory.db (same key, slot, time and place, and its bytes in
+        the vector file must have the checksum memory.db keeps), and sampled rows of the
+        feed that still have a vector must be cached. Cheap (a few hundred key reads)."""
         rng = np.random.default_rng()
         with self._lock:
             for key, idx in self._indexes.items():
-                ids = idx.ids()
-                if not len(ids):
+                ids, slots, meta = idx.ids(), idx.slots(), idx.meta()
+                if not len(ids) or slots is None:
                     continue
-                pick = np.unique(np.concatenate([ids[:1], ids[-1:],
-                                                 rng.choice(ids, min(per_key, len(ids)))]))
-                rows = self.store.vector_rows(pick.tolist())
-                twin = idx
-                vecs, meta = twin.get(pick), twin.meta()[twin.positions(pick)]
-                for oid, vec, m in zip(pick.tolist(), vecs, meta, strict=True):
+                pos = np.unique(np.concatenate([[0, len(ids) - 1],
+                                                rng.integers(0, len(ids), per_key)]))
+                rows = self.store.vector_places(ids[pos].tolist())
+                storage, base = idx.storage(), _file_base(key)
+                for oid, slot, m in zip(ids[pos].tolist(), slots[pos].tolist(), meta[pos],
+                                        strict=True):
                     row = rows.get(oid)
                     if row is None or (row[1], row[0]) != key:
-                        return CacheDamaged(_file_base(key) + ".ids.npy",
+                        return CacheDamaged(base + ".ids.npy",
                                             f"row {oid} is not a {key[1]} vector in memory.db")
-                    db_vec = np.frombuffer(row[5], np.float32)
-                    db_meta = np.asarray(_meta(row[2], row[3], row[4]))
-                    if db_vec.shape != vec.shape or not np.array_equal(db_vec, vec):
-                        return CacheDamaged(_file_base(key) + ".vecs.npy",
-                                            f"the vector of row {oid} differs from memory.db's")
-                    if not np.array_equal(db_meta, m, equal_nan=True):
-                        return CacheDamaged(_file_base(key) + ".meta.npy",
+                    _stream, _model, t, x, y, gen, db_slot, crc = row
+                    if gen != idx.source:
+                        continue  # compaction rewrote the file since: sync moves the index
+                    if db_slot != slot:
+                        return CacheDamaged(base + ".slots.npy",
+                                            f"the slot of row {oid} differs from memory.db's")
+                    if zlib.crc32(storage[slot]) != crc:
+                        name = self.store.files.path(key[0], key[1], gen).name
+                        return CacheDamaged(f"../{DIR_NAME}/{name}",
+                                            f"row {oid} differs from its checksum in memory.db")
+                    if not np.array_equal(np.asarray(_meta(t, x, y)), m, equal_nan=True):
+                        return CacheDamaged(base + ".meta.npy",
                                             f"time or place of row {oid} differs from memory.db's")
             if self._seq:
                 seqs = np.unique(rng.integers(1, self._seq + 1, 64)).tolist()
                 added = self.store.added_ids_at(seqs)
-                for oid, (stream, model_id, *_rest) in self.store.vector_rows(added).items():
+                for oid, (stream, model_id, *_rest) in self.store.vector_places(added).items():
                     if not self.contains(model_id, stream, oid):
                         return CacheDamaged(MANIFEST, f"row {oid} of memory.db is not cached")
         return None
@@ -475,7 +596,8 @@ class IndexManager:
             lock_timeout_s = PERSIST_LOCK_TIMEOUT_S
         with self._lock:
             seq = self._seq
-            snap = [(key, idx, *idx.snapshot()) for key, idx in self._indexes.items()]
+            snap = [(key, idx, *idx.snapshot(), idx.source) for key, idx
+                    in self._indexes.items()]
             graphs = [(m, g, self._graph_sources.get(m)) for m, g in self._graphs.items()]
         lock = CacheLock(d, shared=False, timeout_s=lock_timeout_s)
         if not lock.acquire():
@@ -487,13 +609,16 @@ class IndexManager:
             gen = d / gen_name
             gen.mkdir()
             keys, graph_entries = [], []
-            for key, _idx, ids, vecs, meta, _layout in snap:
+            for key, idx, ids, slots, meta, _layout, source in snap:
+                assert slots is not None  # the engine's indexes are over vector files
                 base = _file_base(key)
                 files = {}
-                for part, arr in (("ids.npy", ids), ("vecs.npy", vecs), ("meta.npy", meta)):
+                for part, arr in (("ids.npy", ids), ("slots.npy", slots), ("meta.npy", meta)):
                     files[part] = _write_npy(gen / f"{base}.{part}", arr)
+                rows = int(slots.max()) + 1 if len(slots) else 0
                 keys.append({"model_id": key[0], "stream": key[1], "file": base,
-                             "n": len(ids), "dim": vecs.shape[1], "files": files})
+                             "n": len(ids), "dim": idx.dim, "files": files,
+                             "vectors": self._vectors_entry(key, source, idx.dim, rows)})
             for model_id, graph, src in graphs:
                 base = _graph_base(model_id)
                 graph_files = _save_graph(graph, gen, base)
@@ -517,26 +642,44 @@ class IndexManager:
             os.replace(tmp, d / MANIFEST)
             _fsync_dir(d)
             self._remove_unreferenced(d, gen_name)
-            for key, idx, ids, _v, _m, layout in snap:
+            for key, idx, ids, _s, _m, layout, _src in snap:
                 self._rebase(idx, gen, _file_base(key), len(ids), layout)
         finally:
             lock.release()
         self._last_persist = time.monotonic()
         return True
 
+    def _vectors_entry(self, key: Key, gen: object, dim: int, rows: int) -> dict | None:
+        """The manifest's record of the vector file rows [0, rows) the cache relies on: its
+        generation and their CRC-32 (carried on from the last persist: only new rows are
+        read). None when the file is gone (compaction replaced it: the next start reads the
+        key from memory.db)."""
+        if not isinstance(gen, int):
+            return None
+        prev = self._crc.get(key)
+        start, crc = (prev[1], prev[2]) if prev and prev[0] == gen and prev[1] <= rows \
+            else (0, 0)
+        try:
+            crc = _crc_prefix(self.store.files.path(key[0], key[1], gen), rows * 4 * dim,
+                              start * 4 * dim, crc)
+        except OSError:
+            return None
+        self._crc[key] = (gen, rows, crc)
+        return {"gen": gen, "rows": rows, "crc32": f"{crc:08x}"}
+
     @staticmethod
     def _rebase(idx: ExactIndex, gen: Path, base: str, n: int, layout: int) -> None:
-        """Map the arrays just written in place of the index's storage: rows added since the
-        start move from private memory to pages the OS can drop, and the files of the
-        generation mapped before (deleted now) free their disk space."""
+        """Map the arrays just written in place of the index's ids, slots and (t, x, y): rows
+        added since the start move from private memory to pages the OS can drop, and the
+        files of the generation mapped before (deleted now) free their disk space."""
         try:
-            ids, vecs, meta = (_np_map(gen, f"{base}.{part}")[0]
-                               for part in ("ids.npy", "vecs.npy", "meta.npy"))
+            ids, slots, meta = (_np_map(gen, f"{base}.{part}")[0]
+                                for part in ("ids.npy", "slots.npy", "meta.npy"))
         except CacheDamaged as exc:  # just written by us under the lock: not expected
             log.warning("index cache file %s not mapped after writing it (%s)", exc.file,
                         exc.why)
             return
-        idx.rebase(ids, vecs, meta, n, layout)
+        idx.rebase_rows(ids, slots, meta, n, layout)
 
     @staticmethod
     def _remove_unreferenced(d: Path, keep: str) -> None:
@@ -840,6 +983,22 @@ def _crc(fh: IO[bytes]) -> tuple[int, int]:
         crc = zlib.crc32(view[:got], crc)
         done += got
     return done, crc
+
+
+def _crc_prefix(path: Path, size: int, start: int = 0, crc: int = 0) -> int:
+    """CRC-32 of bytes [0, size) of a file, continuing `crc` (that of bytes [0, start)).
+    ValueError when the file is shorter."""
+    with open(path, "rb") as fh:
+        fd, done = fh.fileno(), start
+        buf = bytearray(1 << 23)
+        view = memoryview(buf)
+        while done < size:
+            got = os.preadv(fd, [view[: min(len(buf), size - done)]], done)
+            if got <= 0:
+                raise ValueError(f"{path.name} is shorter than {size} bytes")
+            crc = zlib.crc32(view[:got], crc)
+            done += got
+    return crc
 
 
 def _save_graph(graph: GraphIndex, gen: Path, base: str) -> dict[str, dict] | None:

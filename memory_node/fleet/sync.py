@@ -58,7 +58,8 @@ CREATE TRIGGER IF NOT EXISTS fleet_obs_upd AFTER UPDATE ON observations
     BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
 CREATE TRIGGER IF NOT EXISTS fleet_vec_ins AFTER INSERT ON vectors
     BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
-CREATE TRIGGER IF NOT EXISTS fleet_vec_upd AFTER UPDATE ON vectors
+DROP TRIGGER IF EXISTS fleet_vec_upd;
+CREATE TRIGGER fleet_vec_upd AFTER UPDATE OF crc ON vectors
     BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
 CREATE TRIGGER IF NOT EXISTS fleet_arch_ins AFTER INSERT ON archive
     BEGIN INSERT INTO fleet_outbox(obs_id) VALUES (NEW.id); END;
@@ -94,9 +95,11 @@ class LocalOutbox:
 
     def __init__(self, db_path: Path, *, timeout_s: float = 10.0):
         from memory_node.core.store.sqlite_store import SqliteObservationStore
+        from memory_node.core.store.vector_files import DIR_NAME, VectorFiles
 
         self.path = Path(db_path)
         SqliteObservationStore(self.path).close()  # create or migrate the store's schema
+        self.files = VectorFiles(self.path.parent / DIR_NAME)
         self.db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
                                   check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -158,7 +161,17 @@ class LocalOutbox:
         self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
 
     def read_rows(self, ids: Sequence[int]) -> list[dict[str, Any]]:
-        """The current state of each row: live (with its vector) or archived."""
+        """The current state of each row: live (with its vector) or archived. Read again when
+        compaction replaced a vector file in between (its old file is gone)."""
+        for attempt in range(5):
+            try:
+                return self._read_rows(ids)
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise
+        return []
+
+    def _read_rows(self, ids: Sequence[int]) -> list[dict[str, Any]]:
         out: dict[int, dict[str, Any]] = {}
         self.db.execute("BEGIN")  # one snapshot for both tables
         try:
@@ -166,10 +179,15 @@ class LocalOutbox:
                 chunk = list(ids[s:s + 500])
                 marks = ",".join("?" * len(chunk))
                 for r in self.db.execute(
-                        f"SELECT o.{_COLS.replace(', ', ', o.')}, v.embedding, {_VIEW}"
+                        f"SELECT o.{_COLS.replace(', ', ', o.')}, v.slot, f.gen, f.dim, {_VIEW}"
                         " FROM observations o LEFT JOIN vectors v ON v.id = o.id"
+                        " LEFT JOIN vector_files f ON f.model_id = o.model_id AND"
+                        " f.stream = o.stream"
                         f" LEFT JOIN views w ON w.id = o.id WHERE o.id IN ({marks})", chunk):
-                    out[r[0]] = _row_dict(r[:14], r[14], None, r[15:20])
+                    slot, gen, dim = r[14:17]
+                    vec = None if slot is None or gen is None else self.files.read(
+                        r[12], r[1], gen, dim, [slot])[0]
+                    out[r[0]] = _row_dict(r[:14], vec, None, r[17:22])
                 missing = [i for i in chunk if i not in out]
                 if missing:
                     marks = ",".join("?" * len(missing))
@@ -185,12 +203,12 @@ class LocalOutbox:
 
     def close(self) -> None:
         self.db.close()
+        self.files.close()
 
 
-def _row_dict(r: Sequence[Any], blob: bytes | None, arch: Sequence[Any] | None,
+def _row_dict(r: Sequence[Any], vec: np.ndarray | None, arch: Sequence[Any] | None,
               view: Sequence[Any]) -> dict[str, Any]:
     (oid, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id, note_key) = r
-    vec = None if blob is None else np.frombuffer(blob, dtype=np.float32)
     v = None if view[0] is None else View(*(float(c) for c in view))
     return {"id": oid, "stream": stream, "t": t, "x": x, "y": y, "z": z, "yaw": yaw,
             "frame": frame, "pose_source": source, "tags": tags, "text": text, "ref": ref,

@@ -297,7 +297,7 @@ def test_schema_1_store_is_migrated_and_a_newer_one_refused(tmp_path):
     assert res["count"] == 1 and res["results"][0]["score"] > 0.9
     eng.close()
     st = SqliteObservationStore(root / "memory.db")
-    assert st.get_meta("schema_version") == "2"
+    assert st.get_meta("schema_version") == "3"
     st.set_meta("schema_version", "99")
     st.close()
     with pytest.raises(RuntimeError, match="newer than this memory_node"):

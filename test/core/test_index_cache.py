@@ -139,18 +139,18 @@ def _edit_manifest(root: Path, edit, fix_checksum: bool = False) -> None:
 
 # name -> (damage(root, older_backup), file the warning must name; None: no damage to report)
 FAULTS = {
-    "vecs random, same shape": (
-        lambda r, o: _npy_same_shape(_file(r, "events", "vecs.npy"), _random_unit),
-        "events.vecs.npy"),
-    "vecs one row changed": (
-        lambda r, o: _npy_same_shape(_file(r, "camera", "vecs.npy"),
+    "slots reversed": (lambda r, o: _npy_same_shape(_file(r, "events", "slots.npy"),
+                                                    lambda a: a[::-1]), "events.slots.npy"),
+    "slots one row changed": (
+        lambda r, o: _npy_same_shape(_file(r, "camera", "slots.npy"),
                                      lambda a: np.concatenate([a[:3], a[4:5], a[4:]])),
-        "camera.vecs.npy"),
-    "vecs truncated": (lambda r, o: _truncate(_file(r, "events", "vecs.npy")), "events.vecs.npy"),
-    "vecs empty": (lambda r, o: _file(r, "events", "vecs.npy").write_bytes(b""),
-                   "events.vecs.npy"),
-    "vecs garbage inside": (lambda r, o: _garbage_inside(_file(r, "camera", "vecs.npy"), 64),
-                            "camera.vecs.npy"),
+        "camera.slots.npy"),
+    "slots truncated": (lambda r, o: _truncate(_file(r, "events", "slots.npy")),
+                        "events.slots.npy"),
+    "slots empty": (lambda r, o: _file(r, "events", "slots.npy").write_bytes(b""),
+                    "events.slots.npy"),
+    "slots garbage inside": (lambda r, o: _garbage_inside(_file(r, "camera", "slots.npy"), 64),
+                             "camera.slots.npy"),
     "ids permuted": (lambda r, o: _npy_same_shape(_file(r, "events", "ids.npy"),
                                                   lambda a: a[::-1]), "events.ids.npy"),
     "meta random": (lambda r, o: _npy_same_shape(_file(r, "camera", "meta.npy"),
@@ -161,12 +161,13 @@ FAULTS = {
     "graph ids reversed": (lambda r, o: _npy_same_shape(_graph(r, "graph_ids.npy"),
                                                         lambda a: a[::-1]),
                            "graph.graph_ids.npy"),
-    "vecs swapped between streams": (
-        lambda r, o: _swap(_file(r, "events", "vecs.npy"), _file(r, "camera", "vecs.npy")),
-        "vecs.npy"),
+    # Both streams' rows are slots 0-11 of their own files: the two files are equal.
+    "slots swapped between streams": (
+        lambda r, o: _swap(_file(r, "events", "slots.npy"), _file(r, "camera", "slots.npy")),
+        None),
     "all files swapped between streams": (
         lambda r, o: [_swap(_file(r, "events", p), _file(r, "camera", p))
-                      for p in ("ids.npy", "vecs.npy", "meta.npy")],
+                      for p in ("ids.npy", "slots.npy", "meta.npy")],
         "npy"),
     "graph of an older cache": (_older_graph, "graph.hnsw"),
     "manifest not JSON": (lambda r, o: (r / "index" / "manifest.json").write_text("{\"ver"),
@@ -410,28 +411,26 @@ def test_close_says_whether_the_cache_was_written(tmp_path, caplog, monkeypatch)
         held.release()
 
 
-def test_a_new_memory_db_packs_384_d_vectors_into_its_pages(tmp_path):
-    """Disk per row: 4 KiB pages held two 1,536-byte vectors each and left a quarter of the
-    vectors table empty; a new memory.db uses pages the vectors fill."""
-    import sqlite3
-
-    from memory_node.core.store.sqlite_store import SqliteObservationStore
-    from memory_node.core.types import Observation
-
-    st = SqliteObservationStore(tmp_path / "memory.db")
-    n, dim = 3000, 384
-    vecs = np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32)
-    st.insert([Observation(stream="camera", t=1000.0 + i, model_id="m") for i in range(n)],
-              list(vecs))
-    st.close()
-    con = sqlite3.connect(tmp_path / "memory.db")
-    try:
-        used, unused = con.execute(
-            "SELECT sum(pgsize), sum(unused) FROM dbstat WHERE name = 'vectors'").fetchone()
-    finally:
-        con.close()
-    assert used <= 1.1 * n * dim * 4, f"{used} bytes for {n * dim * 4} bytes of vectors"
-    assert unused <= 0.1 * used
+@pytest.mark.parametrize("stream", ["events", "camera"])
+def test_a_damaged_vector_file_row_is_embedded_again(clean_store, tmp_path, caplog, stream):
+    """The vector files are data, not cache: a row whose bytes fail the checksum memory.db
+    keeps is never scored; it is unindexed with one error naming the file, and its text is
+    embedded again at the same start, so the answers are the clean store's."""
+    root0, clock, _older, want = clean_store
+    root = tmp_path / "m"
+    shutil.copytree(root0, root)
+    [path] = [p for p in (root / "vectors").iterdir() if f"__{stream}-" in p.name]
+    data = bytearray(path.read_bytes())
+    row = 384 * 4
+    data[3 * row + 40:3 * row + 48] = bytes(8)
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="memory_node"):
+        eng = make_engine(root, FakeClock(clock.t), PoseBox(), **CFG)
+        got = _answers(eng)
+    eng.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and path.name in errors[0], errors
+    assert got == want
 
 
 def test_an_existing_memory_db_keeps_its_page_size_and_rows(tmp_path):

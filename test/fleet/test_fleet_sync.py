@@ -52,15 +52,23 @@ def _bulk(engine, n: int, start: int = 0, t0: float = 1.0e9) -> None:
 def local_state(db: Path) -> dict[int, tuple]:
     """Every row of memory.db, live or archived, with its camera view: local id ->
     comparable tuple."""
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+
+    store = SqliteObservationStore(db)
+    try:
+        vecs = {oid: blob for oid, *_r, blob in store.all_vectors()}
+    finally:
+        store.close()
     con = sqlite3.connect(str(db))
     out = {}
     for r in con.execute(
             "SELECT o.id, o.stream, o.t, o.x, o.y, o.frame, o.tags, o.text, o.ref, o.model_id,"
-            " o.note_key, v.embedding, w.x, w.y, w.yaw, w.hfov, w.range FROM observations o"
-            " LEFT JOIN vectors v ON v.id = o.id LEFT JOIN views w ON w.id = o.id"):
+            " o.note_key, w.x, w.y, w.yaw, w.hfov, w.range FROM observations o"
+            " LEFT JOIN views w ON w.id = o.id"):
+        blob = vecs.get(r[0])
         out[r[0]] = r[1:6] + (json.loads(r[6]),) + r[7:11] + (
-            None if r[11] is None else np.frombuffer(r[11], np.float32).tolist(), False,
-            r[12:17])
+            None if blob is None else np.frombuffer(blob, np.float32).tolist(), False,
+            r[11:16])
     for r in con.execute("SELECT a.id, a.stream, a.t, a.x, a.y, a.frame, a.tags, a.text, a.ref,"
                          " a.model_id, a.note_key, w.x, w.y, w.yaw, w.hfov, w.range"
                          " FROM archive a LEFT JOIN views w ON w.id = a.id"):

@@ -33,6 +33,23 @@ class VectorChange:
     t: float | None = None  # the row's time and place, for pre-filtering in memory
     x: float | None = None
     y: float | None = None
+    gen: int | None = None  # where the vector is: its file's generation and its slot there
+    slot: int | None = None
+
+
+@dataclass
+class KeyVectors:
+    """Every vector row of one (model, stream) in slot order, and its file's state."""
+
+    model_id: str
+    stream: str
+    gen: int  # 0: no file
+    dim: int
+    rows: int  # committed rows in the file (dead ones included)
+    ids: np.ndarray  # int64
+    slots: np.ndarray  # int64, increasing
+    crcs: np.ndarray  # int64: CRC-32 of each row's bytes
+    meta: np.ndarray  # (n, 3) float64: t, x, y (NaN: no pose)
 
 
 class ObservationStore(ABC):

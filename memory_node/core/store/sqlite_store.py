@@ -1,7 +1,9 @@
 """SQLite (WAL) observation store: the source of truth, shared by processes on one directory.
 
 Layout: `observations` (one row per kept observation; `model_id` set when it has a vector),
-`vectors` (the float32 embedding of a row, kept apart so filter scans read small rows),
+`vectors` (where a row's float32 embedding is: its slot in the vector file of its model and
+stream, and the CRC-32 of its bytes; the bytes themselves are in `vectors/`, see
+vector_files.py), `vector_files` (each file's generation, dimension and committed rows),
 `obs_xy` (an R*Tree on x, y for radius queries), `vector_log` (a change feed of vectors so
 other processes and the in-memory indexes catch up incrementally), `archive` (rows thinned or
 folded by compaction: never deleted; their vectors in `archive_vectors`), `views` (what a
@@ -12,6 +14,8 @@ camera frame covered: a sector, with its bounding box in the R*Tree `view_xy`, f
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -22,10 +26,26 @@ from typing import Any
 
 import numpy as np
 
-from memory_node.core.store.base import Candidates, ObservationStore, VectorChange
+from memory_node.core.store.base import (
+    Candidates,
+    KeyVectors,
+    ObservationStore,
+    VectorChange,
+)
+from memory_node.core.store.vector_files import DIR_NAME, VectorFiles, row_crcs
 from memory_node.core.types import Observation, Pose, RowFilter, view_covers
 
-SCHEMA_VERSION = "2"
+log = logging.getLogger("memory_node.store")
+
+# 1: embeddings inline in observations; 2: in a `vectors` table of blobs; 3: in vector files.
+SCHEMA_VERSION = "3"
+
+# Compaction writes a vector file's live rows into a new generation once this share of its
+# rows (and at least REWRITE_MIN_DEAD) are dead: archived or re-embedded.
+REWRITE_DEAD_SHARE = 0.25
+REWRITE_MIN_DEAD = 64
+
+Key = tuple[str, str]  # (model_id, stream)
 
 _COLUMNS = (
     "id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, note_key"
@@ -49,7 +69,20 @@ CREATE TABLE IF NOT EXISTS observations (
 );
 CREATE INDEX IF NOT EXISTS obs_stream_t ON observations(stream, t);
 CREATE INDEX IF NOT EXISTS obs_t ON observations(t);
-CREATE TABLE IF NOT EXISTS vectors (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors (
+    id INTEGER PRIMARY KEY,
+    slot INTEGER NOT NULL,
+    crc INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS vector_files (
+    model_id TEXT NOT NULL,
+    stream TEXT NOT NULL,
+    gen INTEGER NOT NULL,
+    dim INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    dead INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (model_id, stream)
+);
 CREATE VIRTUAL TABLE IF NOT EXISTS obs_xy USING rtree(id, min_x, max_x, min_y, max_y);
 CREATE TABLE IF NOT EXISTS vector_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -126,6 +159,9 @@ class SqliteObservationStore(ObservationStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._wlock = threading.RLock()
         self._rlock = threading.RLock()
+        self.files = VectorFiles(self.path.parent / DIR_NAME)
+        self._after_commit: list[Callable[[], None]] = []
+        self._after_rollback: list[Callable[[], None]] = []
         self._w = self._connect(timeout_s)
         with self._wlock:
             self._w.executescript(_SCHEMA)
@@ -148,30 +184,90 @@ class SqliteObservationStore(ObservationStore):
 
     def _migrate(self) -> None:
         """Bring an older memory.db to this schema; refuse one written by a newer version."""
-        row = self._w.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            return
-        version = int(row[0])
-        if version > int(SCHEMA_VERSION):
-            raise RuntimeError(
-                f"{self.path} has schema version {version}, newer than this memory_node "
-                f"understands ({SCHEMA_VERSION}): upgrade memory_node or use another directory")
-        if version == 1:
-            # Schema 1 kept embeddings inline in observations.embedding.
-            cols = {r[1] for r in self._w.execute("PRAGMA table_info(observations)")}
-            self._w.execute("BEGIN IMMEDIATE")
-            try:
-                if "embedding" in cols:
-                    self._w.execute(
-                        "INSERT OR IGNORE INTO vectors(id, embedding) SELECT id, embedding"
-                        " FROM observations WHERE embedding IS NOT NULL")
-                    self._w.execute("UPDATE observations SET embedding = NULL")
+        self._w.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see 3
+        try:
+            row = self._w.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(SCHEMA_VERSION) if row is None else int(row[0])
+            if version > int(SCHEMA_VERSION):
+                raise RuntimeError(
+                    f"{self.path} has schema version {version}, newer than this memory_node "
+                    f"understands ({SCHEMA_VERSION}): upgrade memory_node or use another "
+                    "directory")
+            moved = 0
+            if version < int(SCHEMA_VERSION):
+                t0 = time.perf_counter()
+                moved = self._move_vectors_to_files()
                 self._w.execute("UPDATE meta SET value=? WHERE key='schema_version'",
                                 (SCHEMA_VERSION,))
-                self._w.execute("COMMIT")
-            except BaseException:
-                self._w.execute("ROLLBACK")
-                raise
+            self._remove_unnamed_vector_files()
+            self._w.execute("COMMIT")
+        except BaseException:
+            self._w.execute("ROLLBACK")
+            raise
+        if version < int(SCHEMA_VERSION):
+            try:  # the blobs' pages back to the file system (needs no other reader)
+                self._w.execute("VACUUM")
+                self._w.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.OperationalError as exc:
+                log.info("memory.db not vacuumed after the migration (%s): its free pages "
+                         "are reused by later rows", exc)
+            log.info("memory.db migrated from schema %d to %s: %d vectors moved into %s/ "
+                     "in %.1f s", version, SCHEMA_VERSION, moved, DIR_NAME,
+                     time.perf_counter() - t0)
+
+    def _move_vectors_to_files(self) -> int:
+        """Schema 1 kept embeddings inline in observations.embedding, schema 2 in a table of
+        blobs: both move into vector files, written and fsynced before the caller's
+        transaction names their slots (a crash leaves the old schema, migrated again)."""
+        obs_cols = {r[1] for r in self._w.execute("PRAGMA table_info(observations)")}
+        vec_cols = {r[1] for r in self._w.execute("PRAGMA table_info(vectors)")}
+        if "embedding" in vec_cols:
+            source = ("SELECT v.id, o.model_id, o.stream, v.embedding FROM vectors v JOIN"
+                      " observations o ON o.id = v.id WHERE o.model_id IS NOT NULL"
+                      " ORDER BY v.id")
+        elif "embedding" in obs_cols:
+            source = ("SELECT id, model_id, stream, embedding FROM observations WHERE"
+                      " embedding IS NOT NULL AND model_id IS NOT NULL ORDER BY id")
+        else:
+            return 0
+        files: dict[Key, list] = {}  # key -> [open file, dim, rows]
+        named: list[tuple[int, int, int]] = []  # (id, slot, crc)
+        try:
+            for oid, model_id, stream, blob in self._w.execute(source).fetchall():
+                vec = np.frombuffer(blob, np.float32)
+                key = (model_id, stream)
+                if key not in files:
+                    path = self.files.path(model_id, stream, 1)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    files[key] = [open(path, "wb"), len(vec), 0]  # noqa: SIM115
+                entry = files[key]
+                if len(vec) != entry[1]:
+                    log.warning("row %d: a %d-d vector among %d-d ones of %s in %s; left "
+                                "unindexed", oid, len(vec), entry[1], *key)
+                    continue
+                entry[0].write(vec.tobytes())
+                named.append((oid, entry[2], row_crcs(vec.reshape(1, -1))[0]))
+                entry[2] += 1
+            for fh, _dim, _rows in files.values():
+                fh.flush()
+                os.fsync(fh.fileno())
+        finally:
+            for fh, _dim, _rows in files.values():
+                fh.close()
+        if "embedding" in vec_cols:
+            self._w.execute("DROP TABLE vectors")
+            self._w.execute("CREATE TABLE vectors (id INTEGER PRIMARY KEY,"
+                            " slot INTEGER NOT NULL, crc INTEGER NOT NULL)")
+        self._w.executemany("INSERT INTO vectors(id, slot, crc) VALUES (?, ?, ?)", named)
+        self._w.executemany(
+            "INSERT INTO vector_files(model_id, stream, gen, dim, rows) VALUES (?, ?, 1, ?, ?)",
+            [(k[0], k[1], dim, rows) for k, (_f, dim, rows) in files.items()])
+        # A row whose vector could not move (a stray dimension) is unindexed now.
+        self._w.execute("UPDATE observations SET model_id = NULL WHERE model_id IS NOT NULL"
+                        " AND id NOT IN (SELECT id FROM vectors)")
+        if "embedding" in obs_cols:
+            self._w.execute("UPDATE observations SET embedding = NULL")
+        return len(named)
 
     def _connect(self, timeout_s: float) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -193,14 +289,17 @@ class SqliteObservationStore(ObservationStore):
     ) -> list[int]:
         if len(rows) != len(vectors):
             raise ValueError("rows and vectors differ in length")
+        for obs, vec in zip(rows, vectors, strict=True):
+            if vec is not None and not obs.model_id:
+                raise ValueError("a row with a vector needs the model_id that made it")
         now = time.time()
         ids: list[int] = []
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
             try:
+                embedded: list[tuple[int, str, str, np.ndarray]] = []
                 for obs, vec in zip(rows, vectors, strict=True):
                     p = obs.pose
-                    blob = None if vec is None else np.asarray(vec, np.float32).tobytes()
                     cur = self._w.execute(
                         "INSERT INTO observations(stream, t, x, y, z, yaw, frame, pose_source,"
                         " tags, text, ref, model_id, note_key, created)"
@@ -232,16 +331,17 @@ class SqliteObservationStore(ObservationStore):
                         self._w.execute(
                             "INSERT INTO view_xy(id, min_x, max_x, min_y, max_y)"
                             " VALUES (?,?,?,?,?)", (oid, *v.bbox()))
-                    if blob is not None:
-                        self._w.execute("INSERT INTO vectors(id, embedding) VALUES (?, ?)",
-                                        (oid, blob))
+                    if vec is not None:
+                        assert obs.model_id is not None  # checked above
+                        embedded.append((oid, obs.model_id, obs.stream, vec))
                         self._w.execute(
                             "INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')", (oid,)
                         )
                     self._note_tag_keys(obs.stream, obs.tags)
-                self._w.execute("COMMIT")
+                self._append_vectors(embedded)
+                self._commit()
             except BaseException:
-                self._w.execute("ROLLBACK")
+                self._rollback()
                 raise
         for obs, oid in zip(rows, ids, strict=True):
             obs.id = oid
@@ -251,18 +351,106 @@ class SqliteObservationStore(ObservationStore):
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
             try:
-                cur = self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
-                                      (model_id, obs_id))
-                if cur.rowcount:
-                    self._w.execute(
-                        "INSERT OR REPLACE INTO vectors(id, embedding) VALUES (?, ?)",
-                        (obs_id, np.asarray(vector, np.float32).tobytes()))
+                row = self._w.execute(
+                    "SELECT o.stream, o.model_id, v.slot FROM observations o LEFT JOIN vectors v"
+                    " ON v.id = o.id WHERE o.id=?", (obs_id,)).fetchone()
+                if row is not None:
+                    stream, old_model, old_slot = row
+                    if old_slot is not None:  # re-embedded: the old row is dead
+                        self._w.execute("DELETE FROM vectors WHERE id=?", (obs_id,))
+                        self._w.execute("UPDATE vector_files SET dead = dead + 1 WHERE"
+                                        " model_id=? AND stream=?", (old_model, stream))
+                    self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
+                                    (model_id, obs_id))
+                    self._append_vectors([(obs_id, model_id, stream, vector)])
                     self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
                                     (obs_id,))
-                self._w.execute("COMMIT")
+                self._commit()
             except BaseException:
-                self._w.execute("ROLLBACK")
+                self._rollback()
                 raise
+
+    # ---- vector files (inside the caller's write transaction) --------------------------------
+    def _commit(self) -> None:
+        self._w.execute("COMMIT")
+        done, self._after_commit, self._after_rollback = self._after_commit, [], []
+        for action in done:
+            action()
+
+    def _rollback(self) -> None:
+        self._w.execute("ROLLBACK")
+        undo, self._after_commit, self._after_rollback = self._after_rollback, [], []
+        for action in undo:
+            action()
+
+    def _append_vectors(self, items: Sequence[tuple[int, str, str, np.ndarray]]) -> None:
+        """Write each (id, model, stream, vector) after its file's committed rows, fsync, and
+        name the slots: the caller's commit then makes them part of memory.db."""
+        by_key: dict[Key, list[tuple[int, np.ndarray]]] = {}
+        for oid, model_id, stream, vec in items:
+            by_key.setdefault((model_id, stream), []).append((oid, vec))
+        for (model_id, stream), rows in by_key.items():
+            vecs = np.stack([np.asarray(v, np.float32).reshape(-1) for _i, v in rows])
+            got = self._w.execute("SELECT gen, dim, rows FROM vector_files WHERE model_id=?"
+                                  " AND stream=?", (model_id, stream)).fetchone()
+            if got is None:
+                gen, dim, committed = 1, vecs.shape[1], 0
+                self._w.execute("INSERT INTO vector_files(model_id, stream, gen, dim, rows)"
+                                " VALUES (?, ?, 1, ?, 0)", (model_id, stream, dim))
+            else:
+                gen, dim, committed = got
+            if vecs.shape[1] != dim:
+                raise ValueError(f"{model_id} vectors of {stream} have {dim} dimensions, not "
+                                 f"{vecs.shape[1]}")
+            self.files.append(self.files.path(model_id, stream, gen), committed, vecs)
+            self._w.executemany(
+                "INSERT INTO vectors(id, slot, crc) VALUES (?, ?, ?)",
+                [(oid, committed + i, crc) for i, ((oid, _v), crc)
+                 in enumerate(zip(rows, row_crcs(vecs), strict=True))])
+            self._w.execute("UPDATE vector_files SET rows = rows + ? WHERE model_id=? AND"
+                            " stream=?", (len(rows), model_id, stream))
+
+    def _rewrite_vector_file(self, model_id: str, stream: str) -> None:
+        """Write the live rows of a file into its next generation and move their slots (in the
+        caller's transaction; the old file is deleted once it commits)."""
+        gen, dim, rows = self._w.execute(
+            "SELECT gen, dim, rows FROM vector_files WHERE model_id=? AND stream=?",
+            (model_id, stream)).fetchone()
+        live = self._w.execute(
+            "SELECT v.id, v.slot FROM vectors v JOIN observations o ON o.id = v.id"
+            " WHERE o.model_id=? AND o.stream=? ORDER BY v.slot", (model_id, stream)).fetchall()
+        old = self.files.map(model_id, stream, gen, dim, rows).array
+        slots = np.fromiter((r[1] for r in live), np.int64, len(live))
+        old_path = self.files.path(model_id, stream, gen)
+        new_path = self.files.path(model_id, stream, gen + 1)
+        self._after_rollback.append(lambda: new_path.unlink(missing_ok=True))
+        self.files.write_generation(
+            new_path, (old[slots[i:i + 65536]] for i in range(0, len(slots), 65536)))
+        self._w.executemany("UPDATE vectors SET slot=? WHERE id=?",
+                            [(i, r[0]) for i, r in enumerate(live)])
+        self._w.execute("UPDATE vector_files SET gen=?, rows=?, dead=0 WHERE model_id=? AND"
+                        " stream=?", (gen + 1, len(live), model_id, stream))
+
+        def drop_old() -> None:
+            self.files.forget(old_path)
+            old_path.unlink(missing_ok=True)
+
+        self._after_commit.append(drop_old)
+        log.info("vector file of %s in %s rewritten without its %d dead rows: %d rows, "
+                 "generation %d", model_id, stream, rows - len(live), len(live), gen + 1)
+
+    def _remove_unnamed_vector_files(self) -> None:
+        """Files no generation names: a rewrite or migration a crash cut short (under the
+        write lock, so no other process is writing one)."""
+        if not self.files.root.is_dir():
+            return
+        named = {self.files.path(m, st, g).name for m, st, g in self._w.execute(
+            "SELECT model_id, stream, gen FROM vector_files")}
+        for p in self.files.root.iterdir():
+            if p.suffix == ".f32" and p.name not in named:
+                log.info("removing %s/%s: no generation of memory.db names it", DIR_NAME,
+                         p.name)
+                p.unlink(missing_ok=True)
 
     def _note_tag_keys(self, stream: str, tags: dict[str, Any]) -> None:
         """Record the tag names of a row being written (inside the caller's transaction)."""
@@ -305,6 +493,8 @@ class SqliteObservationStore(ObservationStore):
         with self._wlock:
             self._w.execute("BEGIN IMMEDIATE")
             try:
+                vectors = self._vectors_w(ids)
+                dead: dict[Key, int] = {}
                 for oid in ids:
                     cur = self._w.execute(
                         "INSERT OR IGNORE INTO archive(id, stream, t, x, y, z, yaw, frame,"
@@ -317,11 +507,13 @@ class SqliteObservationStore(ObservationStore):
                     )
                     if not cur.rowcount:
                         continue
-                    self._w.execute(
-                        "INSERT OR IGNORE INTO archive_vectors(id, embedding)"
-                        " SELECT id, embedding FROM vectors WHERE id=?", (oid,))
-                    had_vec = self._w.execute(
-                        "DELETE FROM vectors WHERE id=?", (oid,)).rowcount > 0
+                    had_vec = oid in vectors
+                    if had_vec:
+                        key, vec = vectors[oid]
+                        self._w.execute("INSERT OR IGNORE INTO archive_vectors(id, embedding)"
+                                        " VALUES (?, ?)", (oid, vec.tobytes()))
+                        self._w.execute("DELETE FROM vectors WHERE id=?", (oid,))
+                        dead[key] = dead.get(key, 0) + 1
                     self._w.execute("DELETE FROM observations WHERE id=?", (oid,))
                     self._w.execute("DELETE FROM obs_xy WHERE id=?", (oid,))
                     if had_vec:
@@ -338,11 +530,37 @@ class SqliteObservationStore(ObservationStore):
                                           (kept_id,)).fetchone()
                     if row is not None:
                         self._note_tag_keys(row[0], new_tags)
-                self._w.execute("COMMIT")
+                for (model_id, stream), n in dead.items():
+                    self._w.execute("UPDATE vector_files SET dead = dead + ? WHERE model_id=?"
+                                    " AND stream=?", (n, model_id, stream))
+                    rows, dead_now = self._w.execute(
+                        "SELECT rows, dead FROM vector_files WHERE model_id=? AND stream=?",
+                        (model_id, stream)).fetchone()
+                    if dead_now >= max(REWRITE_MIN_DEAD, REWRITE_DEAD_SHARE * rows):
+                        self._rewrite_vector_file(model_id, stream)
+                self._commit()
             except BaseException:
-                self._w.execute("ROLLBACK")
+                self._rollback()
                 raise
         return moved
+
+    def _vectors_w(self, ids: Sequence[int]) -> dict[int, tuple[Key, np.ndarray]]:
+        """{id: ((model, stream), vector)} of the rows that have one, read in the write
+        transaction (archive copies them)."""
+        out: dict[int, tuple[Key, np.ndarray]] = {}
+        ids = [int(i) for i in ids]
+        for start in range(0, len(ids), 900):
+            chunk = ids[start:start + 900]
+            marks = ",".join("?" * len(chunk))
+            found = self._w.execute(
+                "SELECT o.id, o.model_id, o.stream, v.slot, f.gen, f.dim, f.rows FROM"
+                " observations o JOIN vectors v ON v.id = o.id JOIN vector_files f ON"
+                f" f.model_id = o.model_id AND f.stream = o.stream WHERE o.id IN ({marks})",
+                chunk).fetchall()
+            for oid, model_id, stream, slot, gen, dim, rows in found:
+                arr = self.files.map(model_id, stream, gen, dim, rows).array
+                out[oid] = ((model_id, stream), np.array(arr[slot]))
+        return out
 
     def set_meta(self, key: str, value: str) -> None:
         with self._wlock:
@@ -557,35 +775,56 @@ class SqliteObservationStore(ObservationStore):
                     out[oid] = View(x, y, yaw, hfov, rng)
         return out
 
+    # A vector row as the readers below select it: its observation's fields, then where it is.
+    _VEC_SELECT = ("SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.slot, f.gen, f.dim,"
+                   " f.rows FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files"
+                   " f ON f.model_id = o.model_id AND f.stream = o.stream")
+
+    def _vector_rows_of(self, ids: Sequence[int]) -> dict[int, tuple]:
+        """{id: (stream, model_id, t, x, y, vector, gen, slot)}, vectors read from their
+        files; read again when compaction replaced a file in between."""
+        ids = [int(i) for i in ids]
+        for attempt in range(5):
+            out: dict[int, tuple] = {}
+            try:
+                with self._rlock:
+                    for start in range(0, len(ids), 900):
+                        chunk = ids[start:start + 900]
+                        marks = ",".join("?" * len(chunk))
+                        for (oid, stream, model_id, t, x, y, slot, gen, dim, rows) in \
+                                self._r.execute(f"{self._VEC_SELECT} WHERE o.id IN ({marks})",
+                                                chunk).fetchall():
+                            arr = self.files.map(model_id, stream, gen, dim, rows).array
+                            out[oid] = (stream, model_id, t, x, y, arr[slot], gen, slot)
+                return out
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise
+        return {}
+
     def vector_changes(self, after_seq: int) -> Iterator[VectorChange]:
         with self._rlock:
-            log = self._r.execute(
+            log_rows = self._r.execute(
                 "SELECT seq, obs_id, op FROM vector_log WHERE seq > ? ORDER BY seq", (after_seq,)
             ).fetchall()
-        adds = [oid for _, oid, op in log if op == "add"]
-        vecs: dict[int, tuple] = {}
-        with self._rlock:
-            for start in range(0, len(adds), 900):
-                chunk = adds[start:start + 900]
-                marks = ",".join("?" * len(chunk))
-                for row in self._r.execute(
-                    "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.embedding"
-                    " FROM observations o JOIN vectors v ON v.id = o.id"
-                    f" WHERE o.id IN ({marks})", chunk
-                ):
-                    vecs[row[0]] = row[1:]
-        for seq, oid, op in log:
+        vecs = self._vector_rows_of([oid for _, oid, op in log_rows if op == "add"])
+        for seq, oid, op in log_rows:
             if op == "add":
                 if oid not in vecs:  # archived since; its 'del' follows in the log
                     continue
-                stream, model_id, t, x, y, blob = vecs[oid]
-                yield VectorChange(seq, oid, "add", stream, model_id,
-                                   np.frombuffer(blob, dtype=np.float32), t, x, y)
+                stream, model_id, t, x, y, vec, gen, slot = vecs[oid]
+                yield VectorChange(seq, oid, "add", stream, model_id, vec, t, x, y, gen, slot)
             else:
                 yield VectorChange(seq, oid, "del")
 
     def vector_rows(self, ids: Sequence[int]) -> dict[int, tuple]:
-        """{id: (stream, model_id, t, x, y, blob)} for the given ids that have a vector."""
+        """{id: (stream, model_id, t, x, y, vector bytes)} for the given ids that have one."""
+        return {oid: (*r[:5], np.asarray(r[5]).tobytes())
+                for oid, r in self._vector_rows_of(ids).items()}
+
+    def vector_places(self, ids: Sequence[int]) -> dict[int, tuple]:
+        """{id: (stream, model_id, t, x, y, gen, slot, crc)}: where each row's vector is, and
+        the CRC-32 its bytes had when written (the index cache's check against memory.db)."""
         out: dict[int, tuple] = {}
         ids = [int(i) for i in ids]
         with self._rlock:
@@ -593,10 +832,10 @@ class SqliteObservationStore(ObservationStore):
                 chunk = ids[start:start + 900]
                 marks = ",".join("?" * len(chunk))
                 for row in self._r.execute(
-                    "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.embedding"
-                    " FROM observations o JOIN vectors v ON v.id = o.id"
-                    f" WHERE o.id IN ({marks})", chunk
-                ):
+                        "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, f.gen, v.slot, v.crc"
+                        " FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files f"
+                        " ON f.model_id = o.model_id AND f.stream = o.stream"
+                        f" WHERE o.id IN ({marks})", chunk):
                     out[row[0]] = row[1:]
         return out
 
@@ -610,18 +849,80 @@ class SqliteObservationStore(ObservationStore):
             return [r[0] for r in self._r.execute(
                 f"SELECT obs_id FROM vector_log WHERE op = 'add' AND seq IN ({marks})", seqs)]
 
-    def all_vectors(self) -> Iterator[tuple]:
-        """(id, stream, model_id, t, x, y, blob) of every vector, in id order, for rebuilds."""
+    def vector_file_states(self) -> dict[Key, tuple[int, int, int]]:
+        """{(model, stream): (generation, dimension, committed rows)} of every vector file."""
         with self._rlock:
-            cur = self._r.execute(
-                "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.embedding"
-                " FROM observations o JOIN vectors v ON v.id = o.id ORDER BY o.id"
-            )
-            while True:
-                batch = cur.fetchmany(10000)
-                if not batch:
-                    break
-                yield from batch
+            return {(m, st): (g, d, r) for m, st, g, d, r in self._r.execute(
+                "SELECT model_id, stream, gen, dim, rows FROM vector_files")}
+
+    def key_vectors(self, model_id: str, stream: str) -> KeyVectors:
+        """Every vector row of one (model, stream) in slot order, with its file, as of one
+        snapshot of memory.db (the indexes are built from this)."""
+        with self._rlock:
+            self._r.execute("BEGIN")
+            try:
+                state = self._r.execute(
+                    "SELECT gen, dim, rows FROM vector_files WHERE model_id=? AND stream=?",
+                    (model_id, stream)).fetchone()
+                rows = self._r.execute(
+                    "SELECT v.id, v.slot, v.crc, o.t, o.x, o.y FROM vectors v JOIN observations"
+                    " o ON o.id = v.id WHERE o.model_id=? AND o.stream=? ORDER BY v.slot",
+                    (model_id, stream)).fetchall()
+            finally:
+                self._r.execute("COMMIT")
+        gen, dim, committed = state if state is not None else (0, 0, 0)
+        n = len(rows)
+        cols = list(zip(*rows, strict=True)) if n else [()] * 6
+        meta = np.empty((n, 3), np.float64)
+        for j, col in enumerate(cols[3:]):
+            meta[:, j] = np.asarray([np.nan if v is None else v for v in col], np.float64)
+        return KeyVectors(
+            model_id, stream, int(gen), int(dim), int(committed),
+            ids=np.asarray(cols[0], np.int64).reshape(n),
+            slots=np.asarray(cols[1], np.int64).reshape(n),
+            crcs=np.asarray(cols[2], np.int64).reshape(n), meta=meta)
+
+    def all_vectors(self) -> Iterator[tuple]:
+        """(id, stream, model_id, t, x, y, vector bytes) of every vector, in id order (tools,
+        tests)."""
+        with self._rlock:
+            ids = [r[0] for r in self._r.execute("SELECT id FROM vectors ORDER BY id")]
+        for start in range(0, len(ids), 10000):
+            chunk = self.vector_rows(ids[start:start + 10000])
+            for oid in ids[start:start + 10000]:
+                if oid in chunk:
+                    yield (oid, *chunk[oid])
+
+    def drop_vectors(self, ids: Sequence[int], why: str) -> int:
+        """Unindex rows whose stored vector is damaged: the rows stay (found by filters,
+        listed after scored rows), their vectors are gone, and rows with text are embedded
+        again at the next start. Returns how many lost a vector."""
+        dropped = 0
+        with self._wlock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                for oid in ids:
+                    row = self._w.execute(
+                        "SELECT o.model_id, o.stream FROM observations o JOIN vectors v ON"
+                        " v.id = o.id WHERE o.id=?", (int(oid),)).fetchone()
+                    if row is None:
+                        continue
+                    self._w.execute("DELETE FROM vectors WHERE id=?", (int(oid),))
+                    self._w.execute("UPDATE observations SET model_id = NULL WHERE id=?",
+                                    (int(oid),))
+                    self._w.execute("UPDATE vector_files SET dead = dead + 1 WHERE model_id=?"
+                                    " AND stream=?", row)
+                    self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')",
+                                    (int(oid),))
+                    dropped += 1
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
+        if dropped:
+            log.error("%d vectors unindexed (%s): their rows stay, found by filters; rows "
+                      "with text are embedded again when the engine starts", dropped, why)
+        return dropped
 
     def rows_without_vectors(self, streams: Sequence[str]) -> list[Observation]:
         marks = ",".join("?" * len(streams))
@@ -712,3 +1013,4 @@ class SqliteObservationStore(ObservationStore):
                     conn.close()
                 except sqlite3.Error:
                     pass
+            self.files.close()

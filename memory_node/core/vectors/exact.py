@@ -3,6 +3,11 @@ against, and the scorer of filtered candidate sets.
 
 Each row may carry (t, x, y): the time and place filters of a search then run as numpy masks
 over these columns, with no round trip to SQLite, before the masked rows are scored.
+
+Rows live in one of two kinds of storage. In-memory (the default): the index owns a matrix and
+copies added vectors into it. Over a vector file (`use_file`): the matrix is a read-only map
+of the store's file and each row is a slot in it; adds only record slots, removals only drop
+them, so the vectors are never copied (the engine's indexes work this way).
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ class ExactIndex(VectorIndex):
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
         self._ids_increasing = True  # ids strictly increase with position: no sort needed
         self.layout = 0  # changes whenever a row changes position (a removal)
+        # Over a vector file: row i's vector is _vecs[_slots[i]]; _ident while _slots[:n]
+        # is 0..n-1 (no gap: the storage's first n rows are the index's, read directly).
+        self._slots: np.ndarray | None = None
+        self._ident = True
+        self._slots_sorted = True
+        self.source: object = None  # what the storage is (the file's generation)
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -45,8 +56,121 @@ class ExactIndex(VectorIndex):
     def ids(self) -> np.ndarray:
         return self._ids[: self._n].copy()
 
-    def vectors(self) -> np.ndarray:
-        return self._vecs[: self._n]
+    def vectors(self) -> np.ndarray | SlotRows:
+        """Rows [0, n) as an array or, over a file with gaps, a view gathering on slicing."""
+        with self._lock:
+            if self._slots is None or self._ident:
+                return self._vecs[: self._n]
+            return SlotRows(self._vecs, self._slots[: self._n].copy())
+
+    def slots(self) -> np.ndarray | None:
+        """Each row's slot in the vector file (None: in-memory storage)."""
+        with self._lock:
+            return None if self._slots is None else self._slots[: self._n].copy()
+
+    def storage(self) -> np.ndarray:
+        """The matrix rows are read from (over a file: its map, every slot)."""
+        return self._vecs
+
+    @property
+    def file_backed(self) -> bool:
+        return self._slots is not None
+
+    def vectors_at(self, positions: np.ndarray) -> np.ndarray:
+        """The vectors of the rows at `positions` (from `positions`), as a new array."""
+        with self._lock:
+            return np.array(self._rows(positions))
+
+    def _rows(self, positions: np.ndarray | slice) -> np.ndarray:
+        """The vectors at row positions (a gather)."""
+        if self._slots is None or self._ident:
+            return self._vecs[: self._n][positions]
+        return self._vecs[self._slots[: self._n][positions]]
+
+    def _all_scores(self, q: np.ndarray) -> np.ndarray:
+        """Inner products of every row, in row order: one product over the storage."""
+        n = self._n
+        if self._slots is None or self._ident:
+            return self._vecs[:n] @ q
+        if not n:
+            return np.empty(0, np.float32)
+        slots = self._slots[:n]
+        return (self._vecs[: int(slots[-1]) + 1] @ q)[slots] if self._slots_sorted \
+            else (self._vecs[: int(slots.max()) + 1] @ q)[slots]
+
+    # ---- over a vector file --------------------------------------------------------------------
+    def use_file(self, vectors: np.ndarray, source: object, ids: np.ndarray | None = None,
+                 slots: np.ndarray | None = None, meta: np.ndarray | None = None,
+                 n: int | None = None) -> None:
+        """Score from `vectors` (a map of the store's vector file, `source` naming it): rows
+        [0, n) of `ids`, `slots` and `meta` become the index (the arrays are used, not copied:
+        memory-mapped cache files with spare rows after n). An empty index without them."""
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim or vectors.dtype != np.float32:
+            raise ValueError(f"vector storage {vectors.shape} does not fit dimension {self.dim}")
+        with self._lock:
+            if len(self):
+                raise ValueError("use_file() needs an empty index")
+            if ids is None:
+                ids, slots, meta, n = (np.empty(0, np.int64), np.empty(0, np.int64),
+                                       np.empty((0, 3), np.float64), 0)
+            assert slots is not None and meta is not None and n is not None
+            cap = min(len(ids), len(slots), len(meta))
+            if not 0 <= n <= cap or ids.dtype != np.int64 or slots.dtype != np.int64 \
+                    or meta.dtype != np.float64 or meta.shape[1:] != (3,):
+                raise ValueError("use_file(): arrays of the wrong type or too short")
+            if n and (slots[:n].min() < 0 or slots[:n].max() >= len(vectors)):
+                raise ValueError("use_file(): a slot outside the vector file")
+            self._vecs, self.source = vectors, source
+            self._ids, self._slots, self._meta = ids[:cap], slots[:cap], meta[:cap]
+            self._n = n
+            self._sorted = None
+            self._ids_increasing = bool(n < 2 or (np.diff(ids[:n]) > 0).all())
+            self._slots_sorted = bool(n < 2 or (np.diff(slots[:n]) > 0).all())
+            self._ident = bool(n == 0 or (slots[0] == 0 and int(slots[n - 1]) == n - 1
+                                          and self._slots_sorted))
+            self.layout += 1
+
+    def grow_file(self, vectors: np.ndarray, source: object) -> None:
+        """A longer map of the same file (it grew): the same rows at the same slots."""
+        with self._lock:
+            if self._slots is None or source != self.source or len(vectors) < len(self._vecs):
+                raise ValueError("grow_file(): not a longer map of this index's file")
+            self._vecs = vectors
+
+    def move_to_file(self, vectors: np.ndarray, source: object, ids: np.ndarray,
+                     slots: np.ndarray) -> np.ndarray:
+        """Another file holds the rows now (compaction wrote a new generation): `slots` are
+        the new slots of `ids`. Rows of the index missing from `ids` are dropped (their
+        removal is on its way in the change feed); returns their ids."""
+        ids = np.asarray(ids, np.int64)
+        slots = np.asarray(slots, np.int64)
+        with self._lock:
+            if self._slots is None:
+                raise ValueError("move_to_file(): not an index over a vector file")
+            order = np.argsort(ids, kind="stable")
+            sid, sslot = ids[order], slots[order]
+            cur = self._ids[: self._n]
+            at = np.searchsorted(sid, cur)
+            at[at >= len(sid)] = 0
+            found = (sid[at] == cur) if len(sid) else np.zeros(len(cur), bool)
+            gone = cur[~found].copy()
+            if len(gone):
+                self.remove(gone)
+                cur = self._ids[: self._n]
+                at = np.searchsorted(sid, cur)
+                at[at >= len(sid)] = 0
+            new_slots = sslot[at] if len(cur) else np.empty(0, np.int64)
+            if len(new_slots) and new_slots.max() >= len(vectors):
+                raise ValueError("move_to_file(): a slot outside the vector file")
+            self._slots = np.concatenate([new_slots, np.empty(max(1024, len(new_slots) // 8),
+                                                              np.int64)])
+            self._vecs, self.source = vectors, source
+            n = len(new_slots)
+            self._slots_sorted = bool(n < 2 or (np.diff(new_slots) > 0).all())
+            self._ident = bool(n == 0 or (new_slots[0] == 0 and int(new_slots[-1]) == n - 1
+                                          and self._slots_sorted))
+            self.layout += 1
+            return gone
 
     def meta(self) -> np.ndarray:
         return self._meta[: self._n]
@@ -86,13 +210,35 @@ class ExactIndex(VectorIndex):
             self._ids, self._vecs, self._meta = ids[:cap], vectors[:cap], meta[:cap]
             return True
 
-    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(ids, vectors, meta, layout) as one view: rows below their length are never
-        written again (adds go after them; a removal makes new arrays and a new layout)."""
+    def rebase_rows(self, ids: np.ndarray, slots: np.ndarray, meta: np.ndarray, n: int,
+                    layout: int) -> bool:
+        """`rebase` over a vector file: ids, slots and meta move onto the arrays given (the
+        cache files just written), the vectors stay where they are."""
         with self._lock:
-            return self.ids(), self.vectors(), self.meta(), self.layout
+            cap = min(len(ids), len(slots), len(meta))
+            if self._slots is None or layout != self.layout or self._n < n or self._n > cap:
+                return False
+            m = self._n
+            ids[n:m], slots[n:m], meta[n:m] = self._ids[n:m], self._slots[n:m], self._meta[n:m]
+            self._ids, self._slots, self._meta = ids[:cap], slots[:cap], meta[:cap]
+            return True
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+        """(ids, slots, meta, layout) as one view (slots None for in-memory storage): rows
+        below their length are never written again (adds go after them; a removal makes new
+        arrays and a new layout)."""
+        with self._lock:
+            return self.ids(), self.slots(), self.meta(), self.layout
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray | None, meta: np.ndarray | None = None,
+            slots: np.ndarray | None = None) -> None:
+        """Add rows. Over a vector file pass their `slots` (vectors may be None: the file
+        holds them); in memory pass the vectors."""
+        if self._slots is not None:
+            self._add_slots(ids, slots, meta)
+            return
+        if vectors is None:
+            raise ValueError("an in-memory index needs the vectors")
         ids, vectors = self._check(ids, vectors)
         if len(ids) == 0:
             return
@@ -120,6 +266,40 @@ class ExactIndex(VectorIndex):
             self._n = need
             self._sorted = None
 
+    def _add_slots(self, ids: np.ndarray, slots: np.ndarray | None,
+                   meta: np.ndarray | None) -> None:
+        if slots is None:
+            raise ValueError("an index over a vector file adds rows by slot")
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        slots = np.asarray(slots, np.int64).reshape(-1)
+        if len(ids) != len(slots):
+            raise ValueError("ids and slots differ in length")
+        if len(ids) == 0:
+            return
+        meta = (np.full((len(ids), 3), np.nan) if meta is None
+                else np.asarray(meta, np.float64).reshape(len(ids), 3))
+        with self._lock:
+            assert self._slots is not None
+            if slots.min() < 0 or slots.max() >= len(self._vecs):
+                raise ValueError("a slot outside the mapped vector file (map it again first)")
+            n, need = self._n, self._n + len(ids)
+            if need > min(len(self._ids), len(self._slots), len(self._meta)):
+                cap = max(need, 2 * n, 1024)
+                self._ids = np.concatenate([self._ids[:n], np.empty(cap - n, np.int64)])
+                self._slots = np.concatenate([self._slots[:n], np.empty(cap - n, np.int64)])
+                self._meta = np.concatenate([self._meta[:n], np.empty((cap - n, 3))])
+            if self._ids_increasing and ((len(ids) > 1 and (np.diff(ids) <= 0).any())
+                                         or (n and ids[0] <= self._ids[n - 1])):
+                self._ids_increasing = False
+            if self._slots_sorted and ((len(slots) > 1 and (np.diff(slots) <= 0).any())
+                                       or (n and slots[0] <= self._slots[n - 1])):
+                self._slots_sorted = False
+            self._ident = bool(self._ident and self._slots_sorted
+                               and slots[0] == n and slots[-1] == need - 1)
+            self._ids[n:need], self._slots[n:need], self._meta[n:need] = ids, slots, meta
+            self._n = need
+            self._sorted = None
+
     def remove(self, ids: np.ndarray) -> int:
         ids = np.asarray(ids, np.int64).reshape(-1)
         with self._lock:
@@ -128,7 +308,13 @@ class ExactIndex(VectorIndex):
             if removed:
                 self._cover_times(self._n)
                 self._ids = self._ids[: self._n][keep].copy()
-                self._vecs = self._vecs[: self._n][keep].copy()
+                if self._slots is None:
+                    self._vecs = self._vecs[: self._n][keep].copy()
+                else:  # the file keeps the vectors: only the slots go
+                    self._slots = self._slots[: self._n][keep].copy()
+                    m = len(self._slots)
+                    self._ident = bool(m == 0 or (self._slots_sorted and self._slots[0] == 0
+                                                  and int(self._slots[-1]) == m - 1))
                 self._meta = self._meta[: self._n][keep].copy()
                 new_pos = np.cumsum(keep) - 1  # old position -> new position
                 tpos = self._tpos[: self._tk]
@@ -171,10 +357,11 @@ class ExactIndex(VectorIndex):
         q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
             pos = self.positions(np.asarray(ids, np.int64))
-            return self._ids[: self._n][pos], self._vecs[: self._n][pos] @ q
+            return self._ids[: self._n][pos], self._rows(pos) @ q
 
     def get(self, ids: np.ndarray) -> np.ndarray:
-        return self._vecs[self.positions(np.asarray(ids, np.int64))]
+        with self._lock:
+            return np.array(self._rows(self.positions(np.asarray(ids, np.int64))))
 
     def _cover_times(self, n: int) -> None:
         """Bring the time order up to row n: rows that arrived in time order are appended;
@@ -234,21 +421,35 @@ class ExactIndex(VectorIndex):
         """Top-k among the rows at `positions` (from `filter_positions`), exactly."""
         q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
-            ids_all, vecs = self._ids[: self._n], self._vecs[: self._n]
+            ids_all = self._ids[: self._n]
             if len(positions) <= self.gather_max:
-                return top_k(ids_all[positions], vecs[positions] @ q, k)
-            return top_k(ids_all[positions], (vecs @ q)[positions], k)
+                return top_k(ids_all[positions], self._rows(positions) @ q, k)
+            return top_k(ids_all[positions], self._all_scores(q)[positions], k)
 
     def search(
         self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
-            n = self._n
-            ids_all, vecs = self._ids[:n], self._vecs[:n]
+            ids_all = self._ids[: self._n]
             if candidates is None:
-                return top_k(ids_all, vecs @ q, k)
+                return top_k(ids_all, self._all_scores(q), k)
             pos = self.positions(np.asarray(candidates, np.int64))
             if len(pos) <= self.gather_max:
-                return top_k(ids_all[pos], vecs[pos] @ q, k)
-            return top_k(ids_all[pos], (vecs @ q)[pos], k)
+                return top_k(ids_all[pos], self._rows(pos) @ q, k)
+            return top_k(ids_all[pos], self._all_scores(q)[pos], k)
+
+
+class SlotRows:
+    """Rows of a vector file at given slots, gathered when sliced (a graph build reads an
+    index's rows in chunks without copying them all at once)."""
+
+    def __init__(self, storage: np.ndarray, slots: np.ndarray):
+        self.storage, self.slots = storage, slots
+        self.shape = (len(slots), storage.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __getitem__(self, key: slice | np.ndarray) -> np.ndarray:
+        return self.storage[self.slots[key]]

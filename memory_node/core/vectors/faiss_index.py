@@ -170,12 +170,13 @@ class GraphIndex:
         """Nodes in the live graph, tombstones included."""
         return len(self._hnsw_ids)
 
-    def add_rows(self, name: str, ids: np.ndarray, vectors: np.ndarray,
-                 meta: np.ndarray | None = None) -> None:
-        """Add rows to part `name` (searchable at once: exactly until in the graph)."""
+    def add_rows(self, name: str, ids: np.ndarray, vectors: np.ndarray | None,
+                 meta: np.ndarray | None = None, slots: np.ndarray | None = None) -> None:
+        """Add rows to part `name` (searchable at once: exactly until in the graph); `slots`
+        for a part over a vector file."""
         with self._lock:
             part = self.parts[name]
-            part.add(ids, vectors, meta)
+            part.add(ids, vectors, meta, slots)
             if self._hnsw is not None:
                 code = self._names.index(name)
                 ids = np.asarray(ids, np.int64).reshape(-1)
@@ -278,7 +279,8 @@ class GraphIndex:
         with self._lock:
             self._rebuild_asked = False
             # Rows below each part's length are never written again (a removal makes new
-            # arrays), so these views stay valid while the build runs unlocked.
+            # arrays; a vector file is only appended to), so these views stay valid while the
+            # build runs unlocked.
             snap = [(c, self.parts[name].ids(), self.parts[name].vectors())
                     for c, name in enumerate(self._names)]
         total = sum(len(ids) for _c, ids, _v in snap)
@@ -350,7 +352,7 @@ class GraphIndex:
                     pos = part.positions(take[take_codes == c])
                     ids_l.append(part.ids_at(pos))
                     codes_l.append(np.full(len(pos), c, np.int16))
-                    vecs_l.append(part.vectors()[pos])
+                    vecs_l.append(part.vectors_at(pos))
                 vecs = np.ascontiguousarray(np.concatenate(vecs_l))
                 t0 = time.perf_counter()
                 with self._glock:
