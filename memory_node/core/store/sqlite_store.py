@@ -864,23 +864,27 @@ class SqliteObservationStore(ObservationStore):
                 state = self._r.execute(
                     "SELECT gen, dim, rows FROM vector_files WHERE model_id=? AND stream=?",
                     (model_id, stream)).fetchone()
-                rows = self._r.execute(
-                    "SELECT v.id, v.slot, v.crc, o.t, o.x, o.y FROM vectors v JOIN observations"
-                    " o ON o.id = v.id WHERE o.model_id=? AND o.stream=? ORDER BY v.slot",
-                    (model_id, stream)).fetchall()
+                gen, dim, committed = state if state is not None else (0, 0, 0)
+                where = ("FROM vectors v JOIN observations o ON o.id = v.id"
+                         " WHERE o.model_id=? AND o.stream=?")
+                (n,) = self._r.execute(f"SELECT count(*) {where}",
+                                       (model_id, stream)).fetchone()
+                ints = np.empty((n, 3), np.int64)  # id, slot, crc
+                meta = np.empty((n, 3), np.float64)  # t, x, y
+                cur = self._r.execute(
+                    f"SELECT v.id, v.slot, v.crc, o.t, coalesce(o.x, 'nan'),"
+                    f" coalesce(o.y, 'nan') {where} ORDER BY v.slot", (model_id, stream))
+                done = 0
+                while batch := cur.fetchmany(65536):
+                    arr = np.asarray(batch, dtype=object)
+                    ints[done:done + len(batch)] = arr[:, :3].astype(np.int64)
+                    meta[done:done + len(batch)] = arr[:, 3:].astype(np.float64)
+                    done += len(batch)
             finally:
                 self._r.execute("COMMIT")
-        gen, dim, committed = state if state is not None else (0, 0, 0)
-        n = len(rows)
-        cols = list(zip(*rows, strict=True)) if n else [()] * 6
-        meta = np.empty((n, 3), np.float64)
-        for j, col in enumerate(cols[3:]):
-            meta[:, j] = np.asarray([np.nan if v is None else v for v in col], np.float64)
-        return KeyVectors(
-            model_id, stream, int(gen), int(dim), int(committed),
-            ids=np.asarray(cols[0], np.int64).reshape(n),
-            slots=np.asarray(cols[1], np.int64).reshape(n),
-            crcs=np.asarray(cols[2], np.int64).reshape(n), meta=meta)
+        return KeyVectors(model_id, stream, int(gen), int(dim), int(committed),
+                          ids=ints[:done, 0].copy(), slots=ints[:done, 1].copy(),
+                          crcs=ints[:done, 2].copy(), meta=meta[:done])
 
     def all_vectors(self) -> Iterator[tuple]:
         """(id, stream, model_id, t, x, y, vector bytes) of every vector, in id order (tools,
