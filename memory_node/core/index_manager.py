@@ -91,8 +91,13 @@ def _file_base(key: Key) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{key[0]}__{key[1]}")
 
 
+# A model's graph: its links, node ids and (since the codes are no longer saved) an empty
+# copy of its storage: `<model>.graph.hnsw`, `.graph_ids.npy`, `.quantizer`.
+GRAPH_PARTS = ("hnsw", "graph_ids.npy", "quantizer")
+
+
 def _graph_base(model_id: str) -> str:
-    """Files of a model's graph: `<model>.graph.hnsw` and `<model>.graph.graph_ids.npy`."""
+    """The files of a model's graph are `<base>.<part>` for each of GRAPH_PARTS."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model_id}.graph")
 
 
@@ -444,9 +449,11 @@ class IndexManager:
                 base, files = entry["file"], entry.get("files") or {}
                 # Opened now, under the cache lock (a writer may replace the files once it is
                 # released), and read by the background worker.
+                # A graph saved without its codes has a quantizer file beside it.
+                parts = GRAPH_PARTS if "quantizer" in files else GRAPH_PARTS[:2]
                 sources[entry["model_id"]] = GraphSource(
-                    graph, gen / f"{base}.hnsw", gen / f"{base}.graph_ids.npy",
-                    {part: files.get(part) for part in ("hnsw", "graph_ids.npy")})
+                    graph, {part: gen / f"{base}.{part}" for part in parts},
+                    {part: files.get(part) for part in parts}, self._archived_vectors)
         except BaseException:
             for src in sources.values():
                 src.close()
@@ -502,6 +509,10 @@ class IndexManager:
         idx = self._new(dim)
         idx.use_file(vmap.array, state[0], ids, slots, meta, n)
         return idx
+
+    def _archived_vectors(self, ids: list[int]) -> dict[int, np.ndarray]:
+        """Vectors of rows archived since a graph was saved (its nodes keep their place)."""
+        return {oid: vec for oid, (_m, vec) in self.store.archived_vectors(ids).items()}
 
     def _drop_graph_sources(self) -> None:
         with self._lock:
@@ -799,14 +810,16 @@ def _stop_workers() -> None:
 
 # ---- cache files ------------------------------------------------------------------------------
 class GraphSource:
-    """A cached graph's two files, opened at start-up and read in the background: checksummed,
-    read and handed to its index. Until then a persist carries the files over unchanged
-    (with the checksums the manifest had), so a restart does not lose a graph it never read."""
+    """A cached graph's files, opened at start-up and read in the background: checksummed,
+    read and handed to its index (which encodes its nodes' vectors again when the graph was
+    saved without them). Until then a persist carries the files over unchanged (with the
+    checksums the manifest had), so a restart does not lose a graph it never read."""
 
-    def __init__(self, idx: GraphIndex, graph: Path, graph_ids: Path,
-                 sums: dict[str, dict | None] | None):
-        self.idx, self.sums = idx, sums
-        self.paths = {"hnsw": graph, "graph_ids.npy": graph_ids}
+    def __init__(self, idx: GraphIndex, paths: dict[str, Path],
+                 sums: dict[str, dict | None] | None,
+                 vectors_of: Callable[[list[int]], dict[int, np.ndarray]] | None = None):
+        self.idx, self.sums, self.vectors_of = idx, sums, vectors_of
+        self.paths = dict(paths)
         self.files: dict[str, IO[bytes]] = {}
         self.error: str | None = None
         self._lock = threading.Lock()
@@ -847,7 +860,15 @@ class GraphSource:
 
                 # Not in faiss's generated stubs: a reader over a Python callable.
                 reader = faiss.PyCallbackIOReader(read)  # type: ignore[attr-defined]
-                graph = faiss.read_index(reader)
+                quantizer = None
+                if "quantizer" in self.files:  # saved without its codes
+                    graph = faiss.read_index(reader, faiss.IO_FLAG_SKIP_STORAGE)
+                    fh = self.files["quantizer"]
+                    fh.seek(0)
+                    quantizer = faiss.read_index(faiss.PyCallbackIOReader(  # type: ignore[attr-defined]
+                        lambda size, fh=fh: fh.read(size)))
+                else:
+                    graph = faiss.read_index(reader)
                 fh = self.files["graph_ids.npy"]
                 fh.seek(0)
                 ids = np.load(fh, allow_pickle=False)
@@ -855,8 +876,8 @@ class GraphSource:
                 return f"{self.paths['hnsw'].name}: not readable ({type(exc).__name__})"
         if cancelled():
             return None
-        if not self.idx.use_graph(graph, ids):
-            return "built with other settings, or damaged"
+        if not self.idx.use_graph(graph, ids, quantizer, self.vectors_of, cancelled):
+            return None if cancelled() else "built with other settings, or damaged"
         return None
 
     def carry(self, gen: Path, base: str) -> dict[str, dict] | None:
@@ -1002,12 +1023,11 @@ def _crc_prefix(path: Path, size: int, start: int = 0, crc: int = 0) -> int:
 
 
 def _save_graph(graph: GraphIndex, gen: Path, base: str) -> dict[str, dict] | None:
-    """Write a graph's two files into `gen` as `base`.*; their manifest entries, or None when
+    """Write a graph's files into `gen` as `base`.*; their manifest entries, or None when
     the graph has not been built."""
     if not graph.save_graph(gen / f"{base}.hnsw"):
         return None
-    return {part: _file_sum(gen / f"{base}.{part}", fsync=True)
-            for part in ("hnsw", "graph_ids.npy")}
+    return {part: _file_sum(gen / f"{base}.{part}", fsync=True) for part in GRAPH_PARTS}
 
 
 def _file_sum(path: Path, fsync: bool = False) -> dict:

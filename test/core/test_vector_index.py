@@ -299,3 +299,56 @@ def test_one_graph_over_several_streams(tmp_path):
         graph.attach(name, part)
     assert graph.load_graph(tmp_path / "g.hnsw") and graph.pending == 40  # never added
     assert recall(["camera"]) >= 0.95 and recall(["lidar", "events"]) >= 0.95
+
+
+def _codes(graph) -> np.ndarray:
+    import faiss
+
+    storage = faiss.downcast_index(graph._hnsw.storage)  # noqa: SLF001 - the bytes compared
+    return faiss.vector_to_array(storage.codes).reshape(storage.ntotal, -1)
+
+
+@pytest.mark.parametrize("storage", ["sq8", "flat"])
+def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, storage):
+    """The graph file keeps links, not codes (the vector files hold the vectors): read back,
+    each node's code is encoded from its row's vector again, byte for byte the one it had;
+    a node removed since takes its vector from `vectors_of` (the archive)."""
+    from memory_node.core.vectors.exact import ExactIndex
+    from memory_node.core.vectors.faiss_index import GraphIndex
+
+    rng = np.random.default_rng(8)
+    n = 3000
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    vecs = _unit(rng, n)
+    part = ExactIndex(DIM)
+    part.add(ids, vecs)
+    graph = GraphIndex(DIM, min_rows=50, m=16, storage=storage)
+    graph.attach("camera", part)
+    graph.build()
+    want_codes = _codes(graph)
+    queries = _unit(rng, 20)
+    want = [graph.search_parts(q, 5)[0].tolist() for q in queries]
+    assert graph.save_graph(tmp_path / "g.hnsw")
+    import faiss
+
+    whole = len(faiss.serialize_index(graph._hnsw))  # noqa: SLF001 - links and codes
+    assert (tmp_path / "g.hnsw").stat().st_size <= whole - want_codes.nbytes  # links only
+    archived = ids[::10]  # removed after the save: their vectors are in the archive
+    part2 = ExactIndex(DIM)
+    keep = ~np.isin(ids, archived)
+    part2.add(ids[keep], vecs[keep])
+    again = GraphIndex(DIM, min_rows=50, m=16, storage=storage, scheduler=lambda g: None)
+    again.attach("camera", part2)
+    asked: list[int] = []
+
+    def vectors_of(missing: list[int]) -> dict[int, np.ndarray]:
+        asked.extend(missing)
+        return {i: vecs[i - 1] for i in missing}
+
+    assert again.load_graph(tmp_path / "g.hnsw", vectors_of)
+    assert sorted(asked) == archived.tolist()
+    np.testing.assert_array_equal(_codes(again), want_codes)
+    for q, w in zip(queries, want, strict=True):
+        got = again.search_parts(q, 5)[0].tolist()
+        assert got == _brute(ids[keep], vecs[keep], q, 5)[0].tolist()
+        assert set(got) <= set(w) | set(_brute(ids[keep], vecs[keep], q, 5)[0].tolist())

@@ -76,6 +76,13 @@ class ExactIndex(VectorIndex):
     def file_backed(self) -> bool:
         return self._slots is not None
 
+    def vectors_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each id is here, the vectors of those that are), as one view."""
+        with self._lock:
+            pos = self.find(ids)
+            hit = pos >= 0
+            return hit, np.array(self._rows(pos[hit]))
+
     def vectors_at(self, positions: np.ndarray) -> np.ndarray:
         """The vectors of the rows at `positions` (from `positions`), as a new array."""
         with self._lock:
@@ -331,6 +338,11 @@ class ExactIndex(VectorIndex):
 
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Row positions of the given ids (ids not in the index are dropped)."""
+        found = self.find(ids)
+        return found[found >= 0]
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """The row position of each id, -1 where it is not in the index."""
         ids = np.asarray(ids, np.int64)
         with self._lock:
             if self._ids_increasing:  # the usual case (ids grow): no sort after each add
@@ -341,11 +353,12 @@ class ExactIndex(VectorIndex):
                     self._sorted = (self._ids[: self._n][order], order)
                 sorted_ids, order = self._sorted
         if len(sorted_ids) == 0:
-            return np.empty(0, np.int64)
+            return np.full(len(ids), -1, np.int64)
         idx = np.searchsorted(sorted_ids, ids)
         idx[idx >= len(sorted_ids)] = 0
         hit = sorted_ids[idx] == ids
-        return idx[hit] if order is None else order[idx[hit]]
+        pos = idx if order is None else order[idx]
+        return np.where(hit, pos, -1)
 
     def ids_at(self, positions: np.ndarray) -> np.ndarray:
         with self._lock:
