@@ -227,3 +227,50 @@ def test_a_damaged_vector_is_never_scored(tmp_path, caplog, with_cache):
     assert ids[7] not in got and got == _brute(mgr.store, q, 5)
     mgr.close()
     mgr.store.close()
+
+
+def _writer(root: str, seed: int, batches: int, start, out) -> None:  # a child process
+    st = SqliteObservationStore(Path(root) / "memory.db")
+    written = []
+    start.wait(60)
+    for b in range(batches):
+        vecs = _unit(3, seed * 1000 + b)
+        ids = st.insert(_rows(3, t0=1000.0 + b), list(vecs))
+        written += [(oid, seed * 1000 + b, j) for j, oid in enumerate(ids)]
+    st.close()
+    out.put(written)
+
+
+def test_processes_appending_to_one_file_take_turns(tmp_path):
+    """Two processes writing the same stream at once: every acknowledged row has its own
+    vector, in slots nobody else wrote, and one reader sees them all."""
+    import multiprocessing as mp
+
+    SqliteObservationStore(tmp_path / "memory.db").close()
+    ctx = mp.get_context("spawn")
+    out, start = ctx.Queue(), ctx.Barrier(2)
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), seed, 150, start, out))
+             for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    written = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(60)
+    st = SqliteObservationStore(tmp_path / "memory.db")
+    try:
+        got = {r[0]: np.frombuffer(r[-1], np.float32) for r in st.all_vectors()}
+        assert len(got) == 2 * 150 * 3
+        first = [oid for oid, *_r in written[0]]
+        second = [oid for oid, *_r in written[1]]
+        assert min(first) < max(second) and min(second) < max(first)  # they interleaved
+        for oid, seed, j in written[0] + written[1]:
+            assert np.array_equal(got[oid], _unit(3, seed)[j])
+        kv = st.key_vectors("m", "camera")
+        assert sorted(kv.slots.tolist()) == list(range(900))  # no slot twice, none skipped
+    finally:
+        st.close()
+    mgr = _manager(tmp_path)
+    q = _unit(1, 99)[0]
+    assert mgr.total() == 900 and mgr.search("m", q, 10)[0].tolist() == _brute(mgr.store, q, 10)
+    mgr.close()
+    mgr.store.close()
