@@ -241,6 +241,8 @@ def _cache_costs(d: Path, ds: Any, queries: list[dict[str, Any]], scratch: Path
     for p in files:  # the checksums the open runs: the arrays (graphs: in the background)
         if p.name.endswith((".ids.npy", ".slots.npy", ".meta.npy")):
             im._file_sum(p)  # noqa: SLF001 - the checksum pass the loader runs, timed alone
+    for p in (mem / "vectors").glob("*.f32"):  # and the vector file rows the cache names
+        im._crc_prefix(p, p.stat().st_size)  # noqa: SLF001 - timed alone
     sum_s = time.perf_counter() - t0
     size_mb = sum(p.stat().st_size for p in files) / 2**20
     t0 = time.perf_counter()
