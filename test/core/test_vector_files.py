@@ -160,6 +160,8 @@ def _schema_2_db(path: Path, vecs: np.ndarray) -> None:
     con.execute("UPDATE observations SET model_id = 'm'")
     con.executemany("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
                     [(i + 1,) for i in range(len(vecs))])
+    con.execute("UPDATE vectors SET embedding = ? WHERE id = ?",  # a stray dimension
+                (np.ones(16, np.float32).tobytes(), len(vecs)))
     con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     con.commit()
     con.close()
@@ -174,9 +176,11 @@ def test_a_schema_2_memory_db_moves_its_vectors_into_files(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="memory_node"):
         mgr = _manager(tmp_path)
     assert any("migrated from schema 2" in r.getMessage() for r in caplog.records)
+    assert any(f"row {n}: a 16-d vector" in r.getMessage() for r in caplog.records)
     got = {r[0]: np.frombuffer(r[-1], np.float32) for r in mgr.store.all_vectors()}
-    assert sorted(got) == list(range(1, n + 1))
-    assert all(np.array_equal(got[i + 1], vecs[i]) for i in range(n))
+    assert sorted(got) == list(range(1, n))
+    assert all(np.array_equal(got[i + 1], vecs[i]) for i in range(n - 1))
+    assert mgr.store.get([n])[n].model_id is None  # kept, unindexed
     assert mgr.store.get_meta("schema_version") == "3"
     size_after = sum(p.stat().st_size for p in tmp_path.glob("memory.db*"))
     assert size_after < size_before - n * DIM * 4 * 0.8  # the blobs' pages freed

@@ -233,21 +233,10 @@ class SqliteObservationStore(ObservationStore):
         files: dict[Key, list] = {}  # key -> [open file, dim, rows]
         named: list[tuple[int, int, int]] = []  # (id, slot, crc)
         try:
-            for oid, model_id, stream, blob in self._w.execute(source).fetchall():
-                vec = np.frombuffer(blob, np.float32)
-                key = (model_id, stream)
-                if key not in files:
-                    path = self.files.path(model_id, stream, 1)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    files[key] = [open(path, "wb"), len(vec), 0]  # noqa: SIM115
-                entry = files[key]
-                if len(vec) != entry[1]:
-                    log.warning("row %d: a %d-d vector among %d-d ones of %s in %s; left "
-                                "unindexed", oid, len(vec), entry[1], *key)
-                    continue
-                entry[0].write(vec.tobytes())
-                named.append((oid, entry[2], row_crcs(vec.reshape(1, -1))[0]))
-                entry[2] += 1
+            cur = self._w.execute(source)
+            while batch := cur.fetchmany(4096):  # not all at once: 1.5 GB per 1M rows
+                for oid, model_id, stream, blob in batch:
+                    self._move_one(files, named, oid, model_id, stream, blob)
             for fh, _dim, _rows in files.values():
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -268,6 +257,24 @@ class SqliteObservationStore(ObservationStore):
         if "embedding" in obs_cols:
             self._w.execute("UPDATE observations SET embedding = NULL")
         return len(named)
+
+    def _move_one(self, files: dict[Key, list], named: list[tuple[int, int, int]], oid: int,
+                  model_id: str, stream: str, blob: bytes) -> None:
+        """Append one migrated vector to its file (opened on first use)."""
+        vec = np.frombuffer(blob, np.float32)
+        key = (model_id, stream)
+        if key not in files:
+            path = self.files.path(model_id, stream, 1)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            files[key] = [open(path, "wb"), len(vec), 0]  # noqa: SIM115 - closed by caller
+        entry = files[key]
+        if len(vec) != entry[1]:
+            log.warning("row %d: a %d-d vector among %d-d ones of %s in %s; left unindexed",
+                        oid, len(vec), entry[1], *key)
+            return
+        entry[0].write(vec.tobytes())
+        named.append((oid, entry[2], row_crcs(vec.reshape(1, -1))[0]))
+        entry[2] += 1
 
     def _connect(self, timeout_s: float) -> sqlite3.Connection:
         conn = sqlite3.connect(
