@@ -151,7 +151,7 @@ def _rest_bars(rows: list, res: dict[str, Any], verdict: Any) -> None:
         lab = scale_label(f["n"]) if "n" in f else "?"
         if ready:
             rows.append((f"{lab} RSS per 100k rows held by the process (anon), graph read",
-                         "≤ 120 MB", f"{ready['anon']} MB (+{ready['file']} MB of mapped cache "
+                         "≤ 120 MB", f"{ready['anon']} MB (+{ready['file']} MB of mapped file "
                          "pages the OS can drop)", verdict(ready["anon"] <= 120)))
         if "disk_per_100k_mb" in f:
             rows.append((f"{lab} disk per 100k rows", "≤ 250 MB", f"{f['disk_per_100k_mb']} MB",
