@@ -272,10 +272,10 @@ class IndexManager:
             metas = np.asarray(add.metas, np.float64)
             idx = self._indexes.get(key)
             gen = add.gens[-1]
-            if idx is not None and (idx.source != gen or any(g != gen for g in add.gens)):
+            if any(g != gen for g in add.gens) or (idx is not None and idx.source != gen):
                 # The file was rewritten since: take the rows' slots in the current one.
-                kv = self._move(key)
-                if kv is None:
+                kv = self.store.key_vectors(*key)
+                if idx is not None and not self._move(key, kv):
                     continue
                 at = {int(i): j for j, i in enumerate(kv.ids.tolist())}
                 keep = [j for j, i in enumerate(add.ids) if i in at]
@@ -310,20 +310,21 @@ class IndexManager:
             idx.grow_file(vmap.array, gen)
         return idx
 
-    def _move(self, key: Key) -> KeyVectors | None:
-        """Point `key`'s index at its file's current generation (compaction rewrote it)."""
-        kv = self.store.key_vectors(*key)
+    def _move(self, key: Key, kv: KeyVectors | None = None) -> bool:
+        """Point `key`'s index at its file's current generation (compaction rewrote it);
+        `kv`: memory.db's rows of the key, when already read."""
+        kv = self.store.key_vectors(*key) if kv is None else kv
         idx = self._indexes[key]
         try:
             vmap = self.store.files.map(key[0], key[1], kv.gen, kv.dim, kv.rows)
         except (OSError, ValueError) as exc:
             log.error("vector file of %s in %s unreadable after compaction (%s)", key[0],
                       key[1], exc)
-            return None
+            return False
         gone = idx.move_to_file(vmap.array, kv.gen, kv.ids, kv.slots)
         if len(gone):
             self._remove(gone.tolist())
-        return kv
+        return True
 
     # ---- building an index from memory.db ------------------------------------------------------
     def _key_from_db(self, key: Key) -> ExactIndex | None:
