@@ -460,6 +460,8 @@ def write_report(out: Path, report: Path) -> None:
                       "vector_files": "vector files", "cache_vectors": "cache: vectors",
                       "cache_ids_meta": "cache: ids, slots, times, places",
                       "cache_graphs": "cache: graphs"}
+            labels = {k: v for k, v in labels.items()  # a part no row has (any more): left out
+                      if any(f["disk_parts_per_100k_mb"].get(k) for _k, f in split_rows)}
             add("| rows | " + " | ".join(labels.values()) + " | total |")
             add("|---|" + "---|" * (len(labels) + 1))
             for _k, f in split_rows:
@@ -474,23 +476,27 @@ def write_report(out: Path, report: Path) -> None:
             "query at once; cached graphs are then still being read in the background, so it "
             "is answered exactly and its notes say so (*exact, noted*). *graphs read after*: "
             "from the start of the open until the background has checksummed and read every "
-            "graph; *first query ms, graphs read*: the first query after that. *previous "
+            "graph and encoded its nodes' codes from the vector files; *first query ms, graphs "
+            "read*: the first query after that. *previous "
             "release*: `--before PYTHON` runs the same probe with another checkout's engine "
             "(it copies every cached array into memory and reads every graph before it "
             "answers). Each start-up figure is the median of three fresh processes (other "
-            "work shares the machine). *disk*: blocks allocated (`du`): the cache's spare "
-            "rows after each array "
-            "are a hole and take none. *RSS per 100k*: resident memory after the first query "
+            "work shares the machine). *disk*: blocks allocated (`du`): the room after each "
+            "cached array and each vector file's rows is a hole and takes none; *disk db*: "
+            "memory.db and the vector files (the store), *disk index*: `index/` (a cache). "
+            "*RSS per 100k*: resident memory after the first query "
             "and 20 more, minus that after imports, scaled; *anon* is what only this process "
             "holds (graphs, ids, rows added since the start), *file* the pages of the mapped "
-            "cache files that searches touched, counted in whole page-cache blocks (here a "
-            "few rows map about 1 MB each, read-ahead being 8 MB), clean pages the OS drops "
+            "vector and cache files that searches (and a graph's encoding) touched, counted "
+            "in whole page-cache blocks (here a few rows map about 1 MB each, read-ahead "
+            "being 8 MB), clean pages the OS drops "
             "under memory pressure and reads back. *graphs read*: a process that waited "
             "for its graphs; *first "
             "queries exact*: one that searched at once, exactly, touching every vector once. "
-            "*rebuild* = `index/` deleted, so vectors are read from memory.db and HNSW graphs "
+            "*rebuild* = `index/` deleted, so ids, slots and places are read from memory.db, "
+            "the vector files mapped (every row's checksum checked) and HNSW graphs "
             "rebuilt in the background (the figure is the open); *(from build.json)*: not "
-            "re-run in this invocation (`--rebuild-max 1M` re-measures it, minutes), the "
+            "re-run in this invocation (`--rebuild-max 1M` re-measures it), the "
             "figure recorded in the cached store's build.json. Rows of the *previous release "
             "(earlier run)* are kept from the run before mapped arrays: RSS after open, not "
             "split; start = open + first query.")

@@ -44,8 +44,9 @@ class MemoryConfig:
     # larger sets are scored by one matrix-vector product over the whole stream, then masked.
     exact_gather_max: int = 20000
     # Unfiltered semantic search over a stream with at least this many vectors uses HNSW
-    # (efSearch doubled above 200k vectors). Storage "sq8": 8-bit codes in the graph, its best
-    # hnsw_rerank candidates re-scored with the float vectors; "flat": float copies.
+    # (efSearch grows with the graph: 1.5x above 50k vectors, 2.5x above 150k, 3x above
+    # 500k). Storage "sq8": 8-bit codes in the graph, its best hnsw_rerank candidates
+    # re-scored with the float vectors; "flat": float copies.
     hnsw_min_rows: int = 20000
     hnsw_m: int = 48
     hnsw_ef_construction: int = 200
