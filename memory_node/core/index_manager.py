@@ -46,7 +46,7 @@ import numpy as np
 from memory_node.core.config import MemoryConfig
 from memory_node.core.store.base import KeyVectors
 from memory_node.core.store.sqlite_store import SqliteObservationStore
-from memory_node.core.store.vector_files import DIR_NAME, row_crcs
+from memory_node.core.store.vector_files import DIR_NAME, fsync_dir, row_crcs
 from memory_node.core.vectors.exact import ExactIndex
 from memory_node.core.vectors.faiss_index import GraphIndex
 
@@ -641,7 +641,7 @@ class IndexManager:
                 if graph_files is not None:
                     graph_entries.append({"model_id": model_id, "file": base, "dim": graph.dim,
                                           "files": graph_files})
-            _fsync_dir(gen)
+            fsync_dir(gen)
             body = {"version": MANIFEST_VERSION, "db_uuid": self.store.get_meta("db_uuid"),
                     "seq": seq, "dir": gen_name, "keys": keys, "graphs": graph_entries,
                     "written": time.time()}
@@ -652,7 +652,7 @@ class IndexManager:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, d / MANIFEST)
-            _fsync_dir(d)
+            fsync_dir(d)
             self._remove_unreferenced(d, gen_name)
             for key, idx, ids, _s, _m, layout, _src in snap:
                 self._rebase(idx, gen, _file_base(key), len(ids), layout)
@@ -1113,16 +1113,3 @@ def _write_npy(path: Path, arr: np.ndarray) -> dict:
         fh.flush()
         os.fsync(fh.fileno())
     return _file_sum(path)
-
-
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -117,7 +117,7 @@ class VectorFiles:
                     fh.write(np.ascontiguousarray(chunk, np.float32).tobytes())
                 fh.flush()
                 os.fsync(fh.fileno())
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
 
     def forget(self, path: Path) -> None:
         """Close the write handle of a file about to be deleted."""
@@ -164,7 +164,8 @@ class VectorFiles:
             self._fds, self._maps = {}, {}
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_dir(d: Path) -> None:
+    """Make a directory's entries durable (a file created or renamed in it); best effort."""
     try:
         fd = os.open(d, os.O_RDONLY)
     except OSError:
