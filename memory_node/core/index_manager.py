@@ -316,7 +316,8 @@ class IndexManager:
         kv = self.store.key_vectors(*key) if kv is None else kv
         idx = self._indexes[key]
         try:
-            vmap = self.store.files.map(key[0], key[1], kv.gen, kv.dim, kv.rows)
+            vmap = self.store.files.map(key[0], key[1], kv.gen, kv.dim,
+                                        int(kv.slots.max()) + 1 if len(kv.slots) else 0)
         except (OSError, ValueError) as exc:
             log.error("vector file of %s in %s unreadable after compaction (%s)", key[0],
                       key[1], exc)
@@ -674,7 +675,7 @@ class IndexManager:
         try:
             crc = _crc_prefix(self.store.files.path(key[0], key[1], gen), rows * 4 * dim,
                               start * 4 * dim, crc)
-        except OSError:
+        except (OSError, ValueError):  # gone, or cut short: the next start checks its rows
             return None
         self._crc[key] = (gen, rows, crc)
         return {"gen": gen, "rows": rows, "crc32": f"{crc:08x}"}

@@ -285,3 +285,34 @@ def test_processes_appending_to_one_file_take_turns(tmp_path):
     assert mgr.total() == 900 and mgr.search("m", q, 10)[0].tolist() == _brute(mgr.store, q, 10)
     mgr.close()
     mgr.store.close()
+
+
+def test_a_vector_file_cut_short_is_reported_and_its_lost_rows_unindexed(tmp_path, caplog):
+    """A file cut short between runs (a full disk, a hand-made copy): compaction still runs
+    (a row whose bytes are gone is archived without them) with one error naming the file;
+    the next start unindexes the rows it lost and answers exactly from the rest."""
+    mgr = _manager(tmp_path)
+    ids = mgr.store.insert(_rows(100), list(_unit(100, 13)))
+    mgr.sync()
+    assert mgr.persist()
+    mgr.close()
+    mgr.store.close()
+    [path] = list((tmp_path / "vectors").iterdir())
+    with open(path, "r+b") as fh:
+        fh.truncate(10 * DIM * 4)
+    st = SqliteObservationStore(tmp_path / "memory.db")
+    with caplog.at_level(logging.ERROR, logger="memory_node"):
+        assert st.archive([ids[50]], "thinned") == 1
+    st.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and path.name in errors[0], errors
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="memory_node"):
+        again = _manager(tmp_path)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "89 vectors" in errors[0], errors  # slots 10-99 but one
+    assert again.total() == 10
+    q = _unit(1, 15)[0]
+    assert again.search("m", q, 5)[0].tolist() == _brute(again.store, q, 5)
+    again.close()
+    again.store.close()

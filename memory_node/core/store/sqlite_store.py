@@ -162,6 +162,7 @@ class SqliteObservationStore(ObservationStore):
         self.files = VectorFiles(self.path.parent / DIR_NAME)
         self._after_commit: list[Callable[[], None]] = []
         self._after_rollback: list[Callable[[], None]] = []
+        self._unreadable_files: set[tuple[str, str, int]] = set()
         self._w = self._connect(timeout_s)
         with self._wlock:
             self._w.executescript(_SCHEMA)
@@ -426,8 +427,9 @@ class SqliteObservationStore(ObservationStore):
         live = self._w.execute(
             "SELECT v.id, v.slot FROM vectors v JOIN observations o ON o.id = v.id"
             " WHERE o.model_id=? AND o.stream=? ORDER BY v.slot", (model_id, stream)).fetchall()
-        old = self.files.map(model_id, stream, gen, dim, rows).array
         slots = np.fromiter((r[1] for r in live), np.int64, len(live))
+        old = self.files.map(model_id, stream, gen, dim,
+                             int(slots.max()) + 1 if len(slots) else 0).array
         old_path = self.files.path(model_id, stream, gen)
         new_path = self.files.path(model_id, stream, gen + 1)
         self._after_rollback.append(lambda: new_path.unlink(missing_ok=True))
@@ -560,12 +562,16 @@ class SqliteObservationStore(ObservationStore):
             chunk = ids[start:start + 900]
             marks = ",".join("?" * len(chunk))
             found = self._w.execute(
-                "SELECT o.id, o.model_id, o.stream, v.slot, f.gen, f.dim, f.rows FROM"
+                "SELECT o.id, o.model_id, o.stream, v.slot, f.gen, f.dim FROM"
                 " observations o JOIN vectors v ON v.id = o.id JOIN vector_files f ON"
                 f" f.model_id = o.model_id AND f.stream = o.stream WHERE o.id IN ({marks})",
                 chunk).fetchall()
-            for oid, model_id, stream, slot, gen, dim, rows in found:
-                arr = self.files.map(model_id, stream, gen, dim, rows).array
+            for oid, model_id, stream, slot, gen, dim in found:
+                try:
+                    arr = self.files.map(model_id, stream, gen, dim, slot + 1).array
+                except (OSError, ValueError) as exc:  # archived without it
+                    self._unreadable(model_id, stream, gen, exc)
+                    continue
                 out[oid] = ((model_id, stream), np.array(arr[slot]))
         return out
 
@@ -783,31 +789,47 @@ class SqliteObservationStore(ObservationStore):
         return out
 
     # A vector row as the readers below select it: its observation's fields, then where it is.
-    _VEC_SELECT = ("SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.slot, f.gen, f.dim,"
-                   " f.rows FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files"
+    _VEC_SELECT = ("SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.slot, f.gen, f.dim"
+                   " FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files"
                    " f ON f.model_id = o.model_id AND f.stream = o.stream")
 
     def _vector_rows_of(self, ids: Sequence[int]) -> dict[int, tuple]:
         """{id: (stream, model_id, t, x, y, vector, gen, slot)}, vectors read from their
-        files; read again when compaction replaced a file in between."""
+        files; read again when compaction replaced a file in between. Rows whose file is
+        missing or shorter than memory.db says are left out, with one error per file (the
+        next start checks every row of it)."""
         ids = [int(i) for i in ids]
+        out: dict[int, tuple] = {}
         for attempt in range(5):
-            out: dict[int, tuple] = {}
-            try:
-                with self._rlock:
-                    for start in range(0, len(ids), 900):
-                        chunk = ids[start:start + 900]
-                        marks = ",".join("?" * len(chunk))
-                        for (oid, stream, model_id, t, x, y, slot, gen, dim, rows) in \
-                                self._r.execute(f"{self._VEC_SELECT} WHERE o.id IN ({marks})",
-                                                chunk).fetchall():
-                            arr = self.files.map(model_id, stream, gen, dim, rows).array
-                            out[oid] = (stream, model_id, t, x, y, arr[slot], gen, slot)
+            out, gone = {}, None
+            with self._rlock:
+                for start in range(0, len(ids), 900):
+                    chunk = ids[start:start + 900]
+                    marks = ",".join("?" * len(chunk))
+                    for (oid, stream, model_id, t, x, y, slot, gen, dim) in \
+                            self._r.execute(f"{self._VEC_SELECT} WHERE o.id IN ({marks})",
+                                            chunk).fetchall():
+                        try:
+                            arr = self.files.map(model_id, stream, gen, dim, slot + 1).array
+                        except FileNotFoundError as exc:
+                            gone = (model_id, stream, gen, exc)
+                            continue
+                        except (OSError, ValueError) as exc:
+                            self._unreadable(model_id, stream, gen, exc)
+                            continue
+                        out[oid] = (stream, model_id, t, x, y, arr[slot], gen, slot)
+            if gone is None:
                 return out
-            except FileNotFoundError:
-                if attempt == 4:
-                    raise
-        return {}
+            if attempt == 4:  # not a compaction's new generation: the file is gone
+                self._unreadable(*gone)
+        return out
+
+    def _unreadable(self, model_id: str, stream: str, gen: int, exc: Exception) -> None:
+        if (model_id, stream, gen) not in self._unreadable_files:
+            self._unreadable_files.add((model_id, stream, gen))
+            log.error("vector file %s of %s in %s unreadable (%s): its rows stay unindexed "
+                      "until the next start checks it", self.files.path(model_id, stream, gen).name,
+                      model_id, stream, exc)
 
     def vector_changes(self, after_seq: int) -> Iterator[VectorChange]:
         with self._rlock:
