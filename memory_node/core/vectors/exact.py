@@ -72,10 +72,6 @@ class ExactIndex(VectorIndex):
         """The matrix rows are read from (over a file: its map, every slot)."""
         return self._vecs
 
-    @property
-    def file_backed(self) -> bool:
-        return self._slots is not None
-
     def vectors_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each id is here, the vectors of those that are), as one view."""
         with self._lock:
@@ -84,7 +80,7 @@ class ExactIndex(VectorIndex):
             return hit, np.array(self._rows(pos[hit]))
 
     def vectors_at(self, positions: np.ndarray) -> np.ndarray:
-        """The vectors of the rows at `positions` (from `positions`), as a new array."""
+        """The vectors of the rows at `positions` (from `find`), as a new array."""
         with self._lock:
             return np.array(self._rows(positions))
 
@@ -102,8 +98,7 @@ class ExactIndex(VectorIndex):
         if not n:
             return np.empty(0, np.float32)
         slots = self._slots[:n]
-        return (self._vecs[: int(slots[-1]) + 1] @ q)[slots] if self._slots_sorted \
-            else (self._vecs[: int(slots.max()) + 1] @ q)[slots]
+        return (self._vecs[: int(slots.max()) + 1] @ q)[slots]
 
     # ---- over a vector file --------------------------------------------------------------------
     def use_file(self, vectors: np.ndarray, source: object, ids: np.ndarray | None = None,
@@ -133,8 +128,7 @@ class ExactIndex(VectorIndex):
             self._sorted = None
             self._ids_increasing = bool(n < 2 or (np.diff(ids[:n]) > 0).all())
             self._slots_sorted = bool(n < 2 or (np.diff(slots[:n]) > 0).all())
-            self._ident = bool(n == 0 or (slots[0] == 0 and int(slots[n - 1]) == n - 1
-                                          and self._slots_sorted))
+            self._ident = _identity(slots[:n], self._slots_sorted)
             self.layout += 1
 
     def grow_file(self, vectors: np.ndarray, source: object) -> None:
@@ -156,17 +150,14 @@ class ExactIndex(VectorIndex):
                 raise ValueError("move_to_file(): not an index over a vector file")
             order = np.argsort(ids, kind="stable")
             sid, sslot = ids[order], slots[order]
-            cur = self._ids[: self._n]
-            at = np.searchsorted(sid, cur)
+            at = np.searchsorted(sid, self._ids[: self._n])
             at[at >= len(sid)] = 0
-            found = (sid[at] == cur) if len(sid) else np.zeros(len(cur), bool)
-            gone = cur[~found].copy()
+            found = (sid[at] == self._ids[: self._n]) if len(sid) else \
+                np.zeros(self._n, bool)
+            gone = self._ids[: self._n][~found].copy()
             if len(gone):
-                self.remove(gone)
-                cur = self._ids[: self._n]
-                at = np.searchsorted(sid, cur)
-                at[at >= len(sid)] = 0
-            new_slots = sslot[at] if len(cur) else np.empty(0, np.int64)
+                self.remove(gone)  # keeps the others in order: `at` of the rest still holds
+            new_slots = sslot[at[found]] if len(sid) else np.empty(0, np.int64)
             if len(new_slots) and new_slots.max() >= len(vectors):
                 raise ValueError("move_to_file(): a slot outside the vector file")
             self._slots = np.concatenate([new_slots, np.empty(max(1024, len(new_slots) // 8),
@@ -174,8 +165,7 @@ class ExactIndex(VectorIndex):
             self._vecs, self.source = vectors, source
             n = len(new_slots)
             self._slots_sorted = bool(n < 2 or (np.diff(new_slots) > 0).all())
-            self._ident = bool(n == 0 or (new_slots[0] == 0 and int(new_slots[-1]) == n - 1
-                                          and self._slots_sorted))
+            self._ident = _identity(new_slots, self._slots_sorted)
             self.layout += 1
             return gone
 
@@ -319,9 +309,7 @@ class ExactIndex(VectorIndex):
                     self._vecs = self._vecs[: self._n][keep].copy()
                 else:  # the file keeps the vectors: only the slots go
                     self._slots = self._slots[: self._n][keep].copy()
-                    m = len(self._slots)
-                    self._ident = bool(m == 0 or (self._slots_sorted and self._slots[0] == 0
-                                                  and int(self._slots[-1]) == m - 1))
+                    self._ident = _identity(self._slots, self._slots_sorted)
                 self._meta = self._meta[: self._n][keep].copy()
                 new_pos = np.cumsum(keep) - 1  # old position -> new position
                 tpos = self._tpos[: self._tk]
@@ -451,6 +439,12 @@ class ExactIndex(VectorIndex):
             if len(pos) <= self.gather_max:
                 return top_k(ids_all[pos], self._rows(pos) @ q, k)
             return top_k(ids_all[pos], self._all_scores(q)[pos], k)
+
+
+def _identity(slots: np.ndarray, increasing: bool) -> bool:
+    """Whether `slots` (increasing or not) are exactly 0..n-1: rows read without a gather."""
+    n = len(slots)
+    return bool(n == 0 or (increasing and slots[0] == 0 and int(slots[-1]) == n - 1))
 
 
 class SlotRows:
