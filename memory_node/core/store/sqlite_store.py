@@ -556,24 +556,8 @@ class SqliteObservationStore(ObservationStore):
     def _vectors_w(self, ids: Sequence[int]) -> dict[int, tuple[Key, np.ndarray]]:
         """{id: ((model, stream), vector)} of the rows that have one, read in the write
         transaction (archive copies them)."""
-        out: dict[int, tuple[Key, np.ndarray]] = {}
-        ids = [int(i) for i in ids]
-        for start in range(0, len(ids), 900):
-            chunk = ids[start:start + 900]
-            marks = ",".join("?" * len(chunk))
-            found = self._w.execute(
-                "SELECT o.id, o.model_id, o.stream, v.slot, f.gen, f.dim FROM"
-                " observations o JOIN vectors v ON v.id = o.id JOIN vector_files f ON"
-                f" f.model_id = o.model_id AND f.stream = o.stream WHERE o.id IN ({marks})",
-                chunk).fetchall()
-            for oid, model_id, stream, slot, gen, dim in found:
-                try:
-                    arr = self.files.map(model_id, stream, gen, dim, slot + 1).array
-                except (OSError, ValueError) as exc:  # archived without it
-                    self._unreadable(model_id, stream, gen, exc)
-                    continue
-                out[oid] = ((model_id, stream), np.array(arr[slot]))
-        return out
+        return {oid: ((r[1], r[0]), np.array(r[5]))
+                for oid, r in self._vector_rows_of(ids, writing=True).items()}
 
     def set_meta(self, key: str, value: str) -> None:
         with self._wlock:
@@ -793,22 +777,25 @@ class SqliteObservationStore(ObservationStore):
                    " FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files"
                    " f ON f.model_id = o.model_id AND f.stream = o.stream")
 
-    def _vector_rows_of(self, ids: Sequence[int]) -> dict[int, tuple]:
+    def _vector_rows_of(self, ids: Sequence[int], writing: bool = False
+                        ) -> dict[int, tuple]:
         """{id: (stream, model_id, t, x, y, vector, gen, slot)}, vectors read from their
-        files; read again when compaction replaced a file in between. Rows whose file is
-        missing or shorter than memory.db says are left out, with one error per file (the
-        next start checks every row of it)."""
+        files (views of the maps); read again when compaction replaced a file in between.
+        Rows whose file is missing or shorter than memory.db says are left out, with one
+        error per file (the next start checks every row of it). `writing`: inside the write
+        transaction, on its connection."""
         ids = [int(i) for i in ids]
+        conn, lock = (self._w, self._wlock) if writing else (self._r, self._rlock)
         out: dict[int, tuple] = {}
         for attempt in range(5):
             out, gone = {}, None
-            with self._rlock:
+            with lock:
                 for start in range(0, len(ids), 900):
                     chunk = ids[start:start + 900]
                     marks = ",".join("?" * len(chunk))
                     for (oid, stream, model_id, t, x, y, slot, gen, dim) in \
-                            self._r.execute(f"{self._VEC_SELECT} WHERE o.id IN ({marks})",
-                                            chunk).fetchall():
+                            conn.execute(f"{self._VEC_SELECT} WHERE o.id IN ({marks})",
+                                         chunk).fetchall():
                         try:
                             arr = self.files.map(model_id, stream, gen, dim, slot + 1).array
                         except FileNotFoundError as exc:
