@@ -330,8 +330,8 @@ class IndexManager:
     # ---- building an index from memory.db ------------------------------------------------------
     def _key_from_db(self, key: Key) -> ExactIndex | None:
         """`key`'s index from memory.db's slots and its vector file, every row's checksum
-        checked: a damaged row loses its vector (logged; its text is embedded again at the
-        next start), never a wrong score. None when the key has no vector left."""
+        checked: a damaged row loses its vector (logged; the engine embeds its text again
+        when it starts), never a wrong score. None when the key has no vector left."""
         kv = self.store.key_vectors(*key)
         if not len(kv.ids):
             return None

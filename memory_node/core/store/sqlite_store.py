@@ -366,8 +366,7 @@ class SqliteObservationStore(ObservationStore):
                     stream, old_model, old_slot = row
                     if old_slot is not None:  # re-embedded: the old row is dead
                         self._w.execute("DELETE FROM vectors WHERE id=?", (obs_id,))
-                        self._w.execute("UPDATE vector_files SET dead = dead + 1 WHERE"
-                                        " model_id=? AND stream=?", (old_model, stream))
+                        self._mark_dead(old_model, stream, 1)
                     self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
                                     (model_id, obs_id))
                     self._append_vectors([(obs_id, model_id, stream, vector)])
@@ -417,6 +416,14 @@ class SqliteObservationStore(ObservationStore):
                  in enumerate(zip(rows, row_crcs(vecs), strict=True))])
             self._w.execute("UPDATE vector_files SET rows = rows + ? WHERE model_id=? AND"
                             " stream=?", (len(rows), model_id, stream))
+
+    def _mark_dead(self, model_id: str, stream: str, n: int) -> tuple[int, int]:
+        """Count `n` more dead rows (archived, re-embedded, damaged) in a file; its (rows,
+        dead) after."""
+        self._w.execute("UPDATE vector_files SET dead = dead + ? WHERE model_id=? AND"
+                        " stream=?", (n, model_id, stream))
+        return self._w.execute("SELECT rows, dead FROM vector_files WHERE model_id=? AND"
+                               " stream=?", (model_id, stream)).fetchone()
 
     def _rewrite_vector_file(self, model_id: str, stream: str) -> None:
         """Write the live rows of a file into its next generation and move their slots (in the
@@ -540,11 +547,7 @@ class SqliteObservationStore(ObservationStore):
                     if row is not None:
                         self._note_tag_keys(row[0], new_tags)
                 for (model_id, stream), n in dead.items():
-                    self._w.execute("UPDATE vector_files SET dead = dead + ? WHERE model_id=?"
-                                    " AND stream=?", (n, model_id, stream))
-                    rows, dead_now = self._w.execute(
-                        "SELECT rows, dead FROM vector_files WHERE model_id=? AND stream=?",
-                        (model_id, stream)).fetchone()
+                    rows, dead_now = self._mark_dead(model_id, stream, n)
                     if dead_now >= max(REWRITE_MIN_DEAD, REWRITE_DEAD_SHARE * rows):
                         self._rewrite_vector_file(model_id, stream)
                 self._commit()
@@ -772,10 +775,12 @@ class SqliteObservationStore(ObservationStore):
                     out[oid] = View(x, y, yaw, hfov, rng)
         return out
 
+    # Rows with a vector, joined to where it is (`o`: the row, `v`: its slot, `f`: its file).
+    _VEC_FROM = (" FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files f"
+                 " ON f.model_id = o.model_id AND f.stream = o.stream")
     # A vector row as the readers below select it: its observation's fields, then where it is.
-    _VEC_SELECT = ("SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.slot, f.gen, f.dim"
-                   " FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files"
-                   " f ON f.model_id = o.model_id AND f.stream = o.stream")
+    _VEC_SELECT = "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, v.slot, f.gen, f.dim" + \
+        _VEC_FROM
 
     def _vector_rows_of(self, ids: Sequence[int], writing: bool = False
                         ) -> dict[int, tuple]:
@@ -849,9 +854,7 @@ class SqliteObservationStore(ObservationStore):
                 marks = ",".join("?" * len(chunk))
                 for row in self._r.execute(
                         "SELECT o.id, o.stream, o.model_id, o.t, o.x, o.y, f.gen, v.slot, v.crc"
-                        " FROM observations o JOIN vectors v ON v.id = o.id JOIN vector_files f"
-                        " ON f.model_id = o.model_id AND f.stream = o.stream"
-                        f" WHERE o.id IN ({marks})", chunk):
+                        f"{self._VEC_FROM} WHERE o.id IN ({marks})", chunk):
                     out[row[0]] = row[1:]
         return out
 
@@ -930,8 +933,7 @@ class SqliteObservationStore(ObservationStore):
                     self._w.execute("DELETE FROM vectors WHERE id=?", (int(oid),))
                     self._w.execute("UPDATE observations SET model_id = NULL WHERE id=?",
                                     (int(oid),))
-                    self._w.execute("UPDATE vector_files SET dead = dead + 1 WHERE model_id=?"
-                                    " AND stream=?", row)
+                    self._mark_dead(row[0], row[1], 1)
                     self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')",
                                     (int(oid),))
                     dropped += 1
