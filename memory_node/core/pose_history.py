@@ -114,6 +114,7 @@ class PoseHistory:
         self.max_pose_age_s = max_pose_age_s
         self.buffer = TransformBuffer(cache_s)
         self.buffer.max_gap_s = max_gap_s
+        self.buffer.on_kind_change = self._kind_changed
         self.edge_filter = TfEdgeFilter(base_frame, keep_frames)
         self.last_tf_wall: float | None = None  # `wall` time of the last /tf message
         self.first_tf_wall: float | None = None  # ... and of the first
@@ -180,7 +181,7 @@ class PoseHistory:
         self.tf_messages += 1
         for e in self._read(data, False):
             if self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
-                                    "tf", False):
+                                    "/tf", False):
                 self.tf_edges += 1
                 self._fresh.seen(e.child, e.stamp, now)
                 if self.latest_tf_stamp is None or e.stamp > self.latest_tf_stamp:
@@ -189,11 +190,28 @@ class PoseHistory:
     def on_tf_static(self, data: bytes | Iterable[Any]) -> None:
         for e in self._read(data, True):
             self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
-                                 "tf_static", True)
+                                 "/tf_static", True)
+
+    def _kind_changed(self, child: str, change: tuple[str, str, str, str, str, str]) -> None:
+        """A frame that changed kind: said once per frame, naming both authorities (a URDF's
+        fixed joint latched on /tf_static for a frame a driver moves on /tf, as go2_ros2_sdk's
+        map -> odom -> base_link)."""
+        old_kind, old_parent, old_by, kind, parent, by = change
+        self.log.warning(
+            f"TF frame '{child}': the {kind} transform {parent} -> {child} from {by or '?'} "
+            f"replaces the {old_kind} {old_parent} -> {child} from {old_by or '?'}; as in tf2 "
+            "the newest kind wins (counted in tf_kind_changes)")
 
     def tf_stats(self) -> dict[str, Any]:
+        """TF counters for /memory/recorder_stats: messages, edges kept and filtered, kind
+        changes, and rejected transforms by reason (malformed_message: a /tf message whose
+        bytes could not be read)."""
+        rejected = dict(self.buffer.rejections)
+        if self.tf_malformed:
+            rejected["malformed_message"] = self.tf_malformed
         return {"tf_messages": self.tf_messages, "tf_edges": self.tf_edges,
-                "tf_filtered": self.edge_filter.dropped, "tf_malformed": self.tf_malformed}
+                "tf_filtered": self.edge_filter.dropped, "tf_malformed": self.tf_malformed,
+                "tf_kind_changes": self.buffer.kind_changes, "tf_rejected": rejected}
 
     def on_odom(self, msg: Any, stamp_s: float | None = None) -> None:
         """Add an odometry sample, at `stamp_s` when given (an unstamped message's arrival),
