@@ -203,3 +203,25 @@ def test_simulator_header_times_beside_a_wall_clock_share_one_timeline(recorder,
     assert len(rows) >= 5  # keyframes every 0.5 m of travel (min_distance 0.01 here)
     assert all((r["pose"]["frame"], r["pose"]["source"]) == ("map", "tf") for r in rows)
     assert all(now - 60 < r["t"] <= now for r in rows)
+
+
+def _tf_static(parent: str, child: str) -> bytes:
+    return _tf(parent, child, 0.0, 0.0)
+
+
+def test_go2_ros2_sdk_tf_topology_poses_rows_and_reports_the_kind_change(recorder):
+    """go2_ros2_sdk: robot_state_publisher latches map -> odom and odom -> base_link as
+    identities on /tf_static, the driver then publishes odom -> base_link on /tf. Rows get
+    the driver's poses (not all (0, 0)), and /memory/recorder_stats says a frame changed kind."""
+    recorder.poses.on_tf_static(_tf_static("map", "odom"))
+    recorder.poses.on_tf_static(_tf_static("odom", "base_link"))
+    t0 = time.time()
+    for i in range(4):
+        recorder.poses.on_tf(_tf("odom", "base_link", 0.5 * i, t0 + 0.1 * i))
+        recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
+    rows = _odom_rows(recorder)
+    assert [(r["pose"]["x"], r["pose"]["frame"], r["pose"]["source"]) for r in rows] == [
+        (0.5 * i, "map", "tf") for i in range(4)]
+    tf_stats = recorder.stats()["tf"]
+    assert tf_stats["tf_kind_changes"] == 1 and tf_stats["tf_rejected"] == {}
+    json.dumps(recorder.stats())  # what goes out on /memory/recorder_stats
