@@ -225,3 +225,35 @@ def test_go2_ros2_sdk_tf_topology_poses_rows_and_reports_the_kind_change(recorde
     tf_stats = recorder.stats()["tf"]
     assert tf_stats["tf_kind_changes"] == 1 and tf_stats["tf_rejected"] == {}
     json.dumps(recorder.stats())  # what goes out on /memory/recorder_stats
+
+
+def _lidar_rows(rec: MemoryRecorder) -> list[dict]:
+    assert rec.drain(30.0)
+    answer = rec.engine.search_dict(json.dumps({"stream": "lidar", "k": 100,
+                                                "order_by": "time"}))
+    assert answer["ok"], answer
+    return answer["results"]
+
+
+@pytest.mark.parametrize("recorder", [["-p", "lidar_topic:=/utlidar/cloud"]], indirect=True)
+def test_a_lidar_clock_an_hour_off_without_tf_is_posed_by_odometry_at_arrival(recorder):
+    """Issue 28's second case: no TF, odometry stamped on arrival, a lidar whose clock is an
+    hour off. Its rows are stored at arrival time and posed from odometry at that time (they
+    were all stored without a pose, and nothing said so)."""
+    import numpy as np
+
+    from memory_node.ros.pointcloud import make_cloud
+
+    t0 = time.time()
+    for i in range(12):
+        t = t0 + 0.05 * i
+        recorder._on_odom(_odom(0.1 * i, t))
+        if i % 3 == 2:
+            recorder._on_sensor("lidar", make_cloud(np.array([[1.0, 0.0, 0.2]]),
+                                                    "utlidar_lidar", t - 3600.0))
+        time.sleep(0.05)
+    rows = _lidar_rows(recorder)
+    assert len(rows) == 4 and recorder.counters["lidar"].no_pose == 0
+    assert all(r["pose"]["frame"] == "odom" and r["pose"]["source"].startswith("odom")
+               for r in rows)
+    assert all(abs(r["t"] - t0) < 30 for r in rows)  # the node clock, not an hour ago
