@@ -1,14 +1,15 @@
 """What the user types last wins: plain `-p NAME:=VALUE` on the command line over the parameter
 file's per-node sections.
 
-rcl files a plain `-p` under `/**`, and rclpy applies a node's own section of a parameter file
-after `/**`: with `--params-file memory.yaml` (which memory-node always loads) a plain
-`-p lidar_topic:=/utlidar/cloud` is silently outranked by the file's `memory_recorder:` section.
-Every ROS 2 user expects the opposite. rcl applies the rules of one section in the order they
-are typed, so each plain `-p` is kept and repeated as a node-qualified rule
-(`-p memory_recorder:lidar_topic:=...`) for every node of the process, in place: it wins over
-the files before it, a `--params-file` typed after it still wins over it, and `/**` still
-carries it to a node under a namespace (which neither the file's nor a qualified rule reach).
+rcl files a plain `-p` under `/**`, and rclpy gives a node the sections of its parameter
+overrides that match its name in the order each section first appeared, later ones winning.
+memory.yaml (which memory-node always loads) opens with `/**`, so its `memory_recorder:`
+section silently outranks a plain `-p lidar_topic:=/utlidar/cloud` typed after it. Every ROS 2
+user expects the opposite. So each plain `-p` is kept and repeated, in place, as a
+node-qualified rule (`-p memory_recorder:lidar_topic:=...`) for every node of the process: it
+replaces the value in the node's own section whatever the sections' order, a `--params-file`
+typed after it still wins over it, and `/**` still carries it to a node under a namespace
+(which neither the file's sections nor a qualified rule reach).
 
 The same walk over the arguments tells which values come from the command line and differ
 from the files, for the start line (`lidar_topic = /utlidar/cloud (command line)`).
@@ -18,6 +19,7 @@ Pure Python: no rclpy, so it is checked without a ROS graph.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -53,9 +55,53 @@ class CommandLine:
 @dataclasses.dataclass
 class _Setting:
     value: Any
-    node_scope: bool  # from a node's own section or a node-qualified rule (outranks `/**`)
     label: str = ""  # as typed, for the start line ('' = from a file)
     order: int = 0  # where it was typed
+
+
+class _Overrides:
+    """What rcl keeps of parameter files and `-p` rules: sections (`/**`, `memory_recorder`,
+    ...) in the order each first appeared, and the last value given for each name in each.
+    rclpy gives a node the sections that match its name, in that order, later ones winning:
+    so a plain `-p` (in `/**`) loses to a node section that appears after `/**`."""
+
+    def __init__(self) -> None:
+        self.sections: dict[str, dict[str, _Setting]] = {}
+
+    def set(self, section: str, name: str, setting: _Setting) -> None:
+        self.sections.setdefault(section, {})[name] = setting
+
+    def load(self, path: str) -> None:
+        """A parameter file's sections. An unreadable one adds nothing here; rcl reports it
+        when it loads the arguments."""
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError):
+            return
+        for section, body in (data.items() if isinstance(data, dict) else ()):
+            params = body.get("ros__parameters") if isinstance(body, dict) else None
+            if isinstance(params, dict):
+                for name, value in _flatten(params).items():
+                    self.set(str(section), name, _Setting(value))
+
+    def for_node(self, node: str) -> dict[str, _Setting]:
+        values: dict[str, _Setting] = {}
+        for section, settings in self.sections.items():
+            if _matches(section, node):
+                values.update(settings)
+        return values
+
+
+def _matches(section: str, node: str) -> bool:
+    """Whether a section applies to the node `node` (no namespace), as rclpy matches it:
+    `/**`, the node's name with or without its leading slash, or a wildcard pattern."""
+    fqn = "/" + node
+    pattern = section if section.startswith("/") else "/" + section
+    if pattern in ("/**", fqn):
+        return True
+    return "*" in pattern and (fnmatch.fnmatchcase(fqn, pattern)
+                               or fnmatch.fnmatchcase(fqn, pattern.replace("/**/", "/")))
 
 
 def command_line_wins(args: Sequence[str], nodes: Sequence[str],
@@ -90,76 +136,45 @@ class _Walk:
         self.anywhere = set().union(*declared.values()) if declared else set()
         self.out: list[str] = []
         self.files: list[str] = []
-        self.state: dict[str, dict[str, _Setting]] = {n: {} for n in nodes}  # rcl + rclpy's
-        self.from_files: dict[str, dict[str, _Setting]] = {n: {} for n in nodes}
+        self.given = _Overrides()  # files and rules, as the nodes get them
+        self.from_files = _Overrides()  # the files alone
 
     def rule(self, flag: str, value: str) -> None:
         self.out.append(value)
         if flag == "--params-file":
             self.files.append(value)
-            for node in self.nodes:
-                for name, (setting, node_scope) in _file_values(value, node).items():
-                    _assign(self.state[node], name, _Setting(setting, node_scope))
-                    _assign(self.from_files[node], name, _Setting(setting, node_scope))
+            self.given.load(value)
+            self.from_files.load(value)
             return
         if flag not in _PARAM_FLAGS or ":=" not in value:
             return
         target, raw = value.split(":=", 1)
         parsed = _parse_value(raw)
-        label = f"{target} = {show(parsed)}"
-        order = len(self.out)
+        setting = _Setting(parsed, f"{target} = {show(parsed)}", len(self.out))
         if ":" in target:  # node-qualified: `memory_recorder:lidar_topic:=...`
             node, name = target.split(":", 1)
-            if node in self.state:
-                _assign(self.state[node], name, _Setting(parsed, True, label, order))
+            self.given.set(node, name, setting)
             return
+        self.given.set("/**", target, setting)
         for node in self.nodes:
             self.out += [flag, f"{node}:{value}"]
-            _assign(self.state[node], target, _Setting(parsed, True, label, order))
+            self.given.set(node, target, setting)
 
     def notes(self) -> list[str]:
         """Values from the command line that the files alone would not give, as typed, in the
         order typed."""
         labels: dict[str, int] = {}
         for node in self.nodes:
-            for name, setting in self.state[node].items():
+            in_files = self.from_files.for_node(node)
+            for name, setting in self.given.for_node(node).items():
                 if not setting.label or setting.label in labels:
                     continue
                 if name in self.anywhere and name not in self.declared.get(node, ()):
                     continue  # `lidar_topic` given to the server too, which never reads it
-                in_file = self.from_files[node].get(name)
+                in_file = in_files.get(name)
                 if in_file is None or not same_value(in_file.value, setting.value):
                     labels[setting.label] = setting.order
         return [f"{label} (command line)" for label in sorted(labels, key=labels.__getitem__)]
-
-
-def _assign(target: dict[str, _Setting], name: str, setting: _Setting) -> None:
-    """rcl keeps the last value per (section, name); rclpy lets a node's section win."""
-    old = target.get(name)
-    if old is not None and old.node_scope and not setting.node_scope:
-        return
-    target[name] = setting
-
-
-def _file_values(path: str, node: str) -> dict[str, tuple[Any, bool]]:
-    """name -> (value, from the node's own section) for `node` in a parameter file: `/**`
-    first, then the node's section (as rclpy applies them). An unreadable file gives nothing
-    here; rcl reports it when it loads the arguments."""
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    values: dict[str, tuple[Any, bool]] = {}
-    for section, node_scope in (("/**", False), (node, True), ("/" + node, True)):
-        body = data.get(section)
-        params = body.get("ros__parameters") if isinstance(body, dict) else None
-        if isinstance(params, dict):
-            for name, value in _flatten(params).items():
-                values[name] = (value, node_scope)
-    return values
 
 
 def _flatten(params: dict, prefix: str = "") -> dict[str, Any]:

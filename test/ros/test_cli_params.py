@@ -100,14 +100,20 @@ def test_memory_server_alone_with_a_file(ros_process, tmp_path):
 
 # ---- the README's examples, as written -------------------------------------------------------
 
+# Launch arguments that are not parameter overrides.
+LAUNCH_ONLY = ("config", "memory_dir", "use_sim_time", "fleet_url", "robot_id")
+
+
 def readme_commands(prefix: str) -> list[str]:
-    """README lines (in code blocks) that start with `prefix` and set parameters."""
+    """README lines (in code blocks) that start with `prefix` and set parameters: with
+    `--ros-args -p`, or launch arguments that are parameters."""
     text = (ROOT / "README.md").read_text()
     lines = [line.split("  #")[0].strip() for block in re.findall(r"```sh\n(.*?)```", text,
                                                                     re.S)
              for line in block.splitlines()]
-    return [line for line in lines if line.startswith(prefix) and ":=" in line
-            and (prefix != "memory-node" or "--ros-args" in line)]
+    return [line for line in lines if line.startswith(prefix) and (
+        "--ros-args" in line and " -p " in line if prefix == "memory-node"
+        else any(a.split(":=")[0] not in LAUNCH_ONLY for a in line.split() if ":=" in a))]
 
 
 def get_parameters(node, target: str, names: list[str]) -> dict:
@@ -172,6 +178,6 @@ def test_readme_launch_examples(ros, ros_process, tmp_path, command):
         arguments.append(f"memory_dir:={tmp_path / 'robot_memory'}")
     proc = ros_process(["-c", RUN_LAUNCH, str(launch_file), *arguments], env=env)
     typed = dict(a.split(":=", 1) for a in arguments
-                 if a.split(":=", 1)[0] not in ("config", "memory_dir", "use_sim_time"))
+                 if a.split(":=", 1)[0] not in LAUNCH_ONLY)
     check_typed_values_apply(ros, proc, typed)
     assert "Traceback" not in proc.output

@@ -124,3 +124,40 @@ def test_one_node_process_follows_a_node_name_remap():
 def test_values_compare_as_parameters():
     assert same_value(5, 5.0) and same_value("1e-3", 0.001) and same_value(["a"], ["a"])
     assert not same_value(True, 1) and not same_value("/a", "/b")
+
+
+NODE_FIRST = ("memory_recorder:\n  ros__parameters:\n    lidar_topic: /node\n"
+              "/**:\n  ros__parameters:\n    lidar_topic: /all\n    world_frame: odom\n")
+SERVER_ONLY = "memory_server:\n  ros__parameters:\n    memory_dir: /from/file\n"
+WILDCARD = "/**/memory_recorder:\n  ros__parameters:\n    lidar_topic: /wild\n"
+
+
+@pytest.mark.parametrize(("files", "rules"), [
+    ([MEMORY_YAML], ["-p", "lidar_topic:=/typed"]),
+    (["NODE_FIRST"], ["-p", "lidar_topic:=/typed"]),
+    (["NODE_FIRST"], ["-p", "memory_recorder:lidar_topic:=/typed"]),  # /** after it wins
+    (["NODE_FIRST"], ["-p", "world_frame:=odom", "-p", "lidar_topic:=/all"]),  # as the file
+    (["SERVER_ONLY"], ["-p", "memory_dir:=/typed"]),
+    (["WILDCARD", MEMORY_YAML], ["-p", "lidar_topic:=/typed", "-p", "stamp_source:=header"]),
+])
+def test_start_line_agrees_with_what_rclpy_gives(tmp_path, files, rules):
+    """The oracle is rclpy itself: the values each node gets with the rules, against those it
+    gets from the files alone. The start line names exactly the ones that differ."""
+    texts = {"NODE_FIRST": NODE_FIRST, "SERVER_ONLY": SERVER_ONLY, "WILDCARD": WILDCARD}
+    paths = []
+    for f in files:
+        if f in texts:
+            (tmp_path / f"{f}.yaml").write_text(texts[f])
+            f = str(tmp_path / f"{f}.yaml")
+        paths.append(f)
+    file_args = [a for p in paths for a in ("--params-file", p)]
+    changed = set()
+    for node in NODES:
+        with_rules = given(file_args + rules, node)
+        files_alone = given(file_args, node, nodes=[])
+        changed |= {name for name, value in with_rules.items()
+                    if name in DECLARED[node] and (name not in files_alone
+                                                   or not same_value(files_alone[name], value))}
+    notes = command_line_wins(["--ros-args", *file_args, *rules], NODES, DECLARED).notes
+    noted = {n.split(" = ")[0].split(":")[-1] for n in notes}
+    assert noted == changed, notes
