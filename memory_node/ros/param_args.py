@@ -42,8 +42,12 @@ class CommandLine:
     notes: list[str]
 
     def start_line(self, extra: Sequence[str] = ()) -> str:
-        """One line for the log: where the parameters come from ('' when from nowhere)."""
-        notes = list(self.notes) + list(extra)
+        """One line for the log: where the parameters come from ('' when from nowhere).
+        `extra`: values set otherwise ("memory_dir = D (--memory-dir)"), which win over a
+        `-p` of the same name."""
+        overridden = {note.split(" = ", 1)[0] for note in extra}
+        notes = [n for n in self.notes if n.split(" = ", 1)[0].split(":")[-1] not in overridden]
+        notes += list(extra)
         parts = []
         if self.files:
             parts.append("parameters from " + ", ".join(self.files))

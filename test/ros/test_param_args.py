@@ -103,6 +103,14 @@ def test_start_line_names_only_values_that_differ_from_the_file():
         "memory_dir = /m (--memory-dir)")
 
 
+def test_a_flag_replaces_the_p_it_outranks_in_the_start_line():
+    """memory-node's --memory-dir wins over -p memory_dir (it is a node override)."""
+    cmdline = command_line_wins(["--ros-args", "-p", "memory_dir:=/a", "-p", "min_yaw:=1"],
+                                NODES, DECLARED)
+    assert cmdline.start_line(["memory_dir = /b (--memory-dir)"]) == (
+        "parameters: min_yaw = 1 (command line), memory_dir = /b (--memory-dir)")
+
+
 def test_no_file_and_nothing_typed_says_nothing():
     assert command_line_wins(["prog"], ["memory_recorder"]).start_line() == ""
     assert command_line_wins(["prog", "--ros-args", "-p", "use_sim_time:=true"],
