@@ -17,6 +17,9 @@ from memory_node.ros.process import StopRequest, init_ros, spin_nodes
 from memory_node.ros.recorder import MemoryRecorder
 from memory_node.ros.server import MemoryServer
 
+# The nodes of the process, each reading its own section of the parameter file.
+NODES = ("memory_server", "memory_recorder", TF_LISTENER_NODE)
+
 
 def resolve_config(name: str | Path = "memory.yaml") -> Path | None:
     """A path as given if it exists; else a file of that name in the package's config
@@ -40,7 +43,9 @@ def resolve_config(name: str | Path = "memory.yaml") -> Path | None:
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         prog="memory-node", description=__doc__,
-        epilog="ROS arguments go after --ros-args (e.g. --ros-args -p lidar_topic:=/points).")
+        epilog="ROS arguments go after --ros-args (e.g. --ros-args -p lidar_topic:=/points); a "
+        "plain -p wins over every section of the --config file. The first line logged names the "
+        "values that did not come from the file.")
     parser.add_argument("--config", help="parameter YAML: a path, or a name in the package's "
                         "config directory such as go2.yaml (default: memory.yaml)")
     parser.add_argument("--memory-dir", help="memory directory (overrides the YAML)")
@@ -91,12 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     rargs = ["memory-node", "--ros-args"]
     if config is not None:
         rargs += ["--params-file", str(config)]
-    stop = init_ros("memory-node", rargs + ros_args)
-    overrides = []
+    overrides, notes = [], []
     if args.memory_dir:
         overrides.append(Parameter("memory_dir", Parameter.Type.STRING, args.memory_dir))
+        notes.append(f"memory_dir = {args.memory_dir} (--memory-dir)")
     if args.use_sim_time:
         overrides.append(Parameter("use_sim_time", Parameter.Type.BOOL, True))
+        notes.append("use_sim_time = true (--use-sim-time)")
+    # A plain -p after the file wins over its per-node sections, for all three nodes.
+    stop = init_ros("memory-node", rargs + ros_args, nodes=NODES, notes=notes,
+                    declared=params.names_by_node(TF_LISTENER_NODE))
     try:
         return _run(args, overrides, stop)
     except params.ParameterError as exc:

@@ -60,6 +60,15 @@ def known_names() -> set[str]:
             | set(SERVER_PARAMS) | ROS_PARAMS)
 
 
+def names_by_node(tf_listener: str) -> dict[str, set[str]]:
+    """The parameters each node of memory-node reads (the server, the recorder, and the TF
+    listener named `tf_listener`)."""
+    engine = set(engine_param_table())
+    return {"memory_server": engine | set(POSE_PARAMS) | set(SERVER_PARAMS) | ROS_PARAMS,
+            "memory_recorder": engine | set(POSE_PARAMS) | set(RECORDER_PARAMS) | ROS_PARAMS,
+            tf_listener: set(POSE_PARAMS) | ROS_PARAMS}
+
+
 def _type_name(default: Any) -> str:
     if isinstance(default, bool):
         return "a boolean"

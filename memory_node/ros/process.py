@@ -16,11 +16,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+
+from memory_node.ros import param_args
 
 # How long the spin loop sleeps in the middleware between looks at the stop flag.
 SPIN_SLICE_S = 0.1
@@ -60,12 +62,28 @@ def print_help_if_asked(argv: Sequence[str], usage: str) -> bool:
     return False
 
 
-def init_ros(prog: str, args: Sequence[str] | None = None) -> StopRequest:
-    """rclpy.init without rclpy's signal handlers, and ours for SIGINT and SIGTERM."""
+def init_ros(prog: str, args: Sequence[str] | None = None, *, nodes: Sequence[str] = (),
+             notes: Sequence[str] = (),
+             declared: Mapping[str, Collection[str]] | None = None) -> StopRequest:
+    """rclpy.init without rclpy's signal handlers, and ours for SIGINT and SIGTERM.
+
+    `nodes`: the names of the process's nodes; a plain `-p` then wins over the parameter
+    files' sections for them (a one-node process follows a `__node:=` remap), and the start
+    line says where the parameters come from, with `notes` on values set otherwise, naming
+    a value only for the nodes that `declared` says read it (see param_args)."""
+    from rclpy.logging import get_logger
     from rclpy.signals import SignalHandlerOptions
 
+    line = ""
+    if nodes and args is not None:
+        if len(nodes) == 1:
+            nodes = [param_args.node_name(args, nodes[0])]
+        cmdline = param_args.command_line_wins(list(args), nodes, declared)
+        args, line = cmdline.args, cmdline.start_line(notes)
     rclpy.init(args=list(args) if args is not None else None,
                signal_handler_options=SignalHandlerOptions.NO)
+    if line:
+        get_logger(prog.replace("-", "_")).info(line)
     stop = StopRequest(prog)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)

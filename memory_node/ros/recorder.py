@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     if print_help_if_asked(argv, RECORDER_USAGE):
         return 0
-    stop = init_ros("memory-recorder", argv)
+    stop = init_ros("memory-recorder", argv, nodes=["memory_recorder"])
     try:
         node = MemoryRecorder()
     except params.ParameterError as exc:

@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     if print_help_if_asked(argv, SERVER_USAGE):
         return 0
-    stop = init_ros("memory-server", argv)
+    stop = init_ros("memory-server", argv, nodes=["memory_server"])
     try:
         node = MemoryServer(advertise=False)
     except params.ParameterError as exc:

@@ -100,3 +100,35 @@ def test_node_name_remap_is_dropped_with_a_warning(ros_process, tmp_path):
                         str(tmp_path / "m"), "--ros-args", "-r", "__node:=memory_node"])
     proc.wait_for_line(r"ignoring the node-name remap __node:=memory_node", timeout=60)
     proc.wait_for_line(r"\[memory_recorder\]: recording .*lidar /point_cloud2", timeout=90)
+
+
+def test_launch_arguments_win_over_the_config_file(ros_process, tmp_path):
+    """`lidar_topic:=...` and the other common overrides given to the launch file win over
+    go2.yaml's memory_recorder section, and the start line names them."""
+    launch_file = install_prefix(tmp_path / "install")
+    env = {"AMENT_PREFIX_PATH": os.pathsep.join(
+        [str(tmp_path / "install"), os.environ.get("AMENT_PREFIX_PATH", "")]).rstrip(os.pathsep)}
+    typed = {"camera_topic": "/cam", "lidar_topic": "/utlidar/cloud",
+             "odom_topic": "/utlidar/robot_odom", "world_frame": "odom", "base_frame": "base",
+             "stamp_source": "receipt"}
+    proc = ros_process(["-c", RUN_LAUNCH, str(launch_file), "config:=go2.yaml",
+                        f"memory_dir:={tmp_path / 'm'}",
+                        *[f"{k}:={v}" for k, v in typed.items()]], env=env)
+    line = proc.wait_for_line(r"\[memory_node\]: parameters from .*", timeout=120).group(0)
+    for name, value in typed.items():
+        assert f"{name} = {value} (command line)" in line, line
+    proc.wait_for_line(r"\[memory_recorder\]: recording camera /cam, lidar /utlidar/cloud, "
+                       r"odom /utlidar/robot_odom into .* \(stamps: receipt\)", timeout=60)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("launch_override_observer", context=ctx)
+    executor = rclpy.executors.SingleThreadedExecutor(context=ctx)
+    try:
+        frames = get_params(node, executor, "memory_tf_listener", ["world_frame", "base_frame"])
+        assert [f.string_value for f in frames] == ["odom", "base"]
+        [voxel] = get_params(node, executor, "memory_recorder", ["lidar_voxel"])
+        assert voxel.double_value == pytest.approx(0.15)  # the rest still from go2.yaml
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
