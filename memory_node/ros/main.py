@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.use_sim_time:
         overrides.append(Parameter("use_sim_time", Parameter.Type.BOOL, True))
         notes.append("use_sim_time = true (--use-sim-time)")
+    if args.robot_prefix is not None:
+        notes.append(f"robot_prefix = {args.robot_prefix} (--robot-prefix)")
     # A plain -p after the file wins over its per-node sections, for all three nodes.
     stop = init_ros("memory-node", rargs + ros_args, nodes=NODES, notes=notes,
                     declared=params.names_by_node(TF_LISTENER_NODE))

@@ -8,6 +8,7 @@ from __future__ import annotations
 def test_memory_node_with_a_robot_prefix_records_that_robots_topics(ros_process, tmp_path):
     proc = ros_process(["-m", "memory_node.ros.main", "--config", "go2_ros2_sdk.yaml",
                         "--memory-dir", str(tmp_path / "m"), "--robot-prefix", "robot1"])
+    proc.wait_for_line(r"robot_prefix = robot1 \(--robot-prefix\)", timeout=120)
     proc.wait_for_line(r"\[memory_recorder\]: recording camera /robot1/camera/image_raw, lidar "
                        r"/robot1/point_cloud2, odom /robot1/odom", timeout=120)
     proc.wait_for_line(r"active: /memory/search", timeout=120)
