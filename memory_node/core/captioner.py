@@ -196,6 +196,16 @@ class Captioner:
         self.start()
         self._wake.set()
 
+    def prime(self) -> None:
+        """Read back the views admitted before (captioned or pending), so a restarted process
+        does not caption the same views again."""
+        for kind in (DONE, PENDING):
+            after = 0
+            while rows := self.store.tagged(self.stream, TAG, kind, after):
+                for obs in rows:
+                    self.policy.remember(obs)
+                after = int(rows[-1].id)
+
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> bool:
         """Start the worker in this process if no other process captions this store."""
@@ -205,12 +215,6 @@ class Captioner:
             if not self._lock_file.acquire():
                 return False
             self._owner = True
-            for kind in (DONE, PENDING):
-                after = 0
-                while rows := self.store.tagged(self.stream, TAG, kind, after):
-                    for obs in rows:
-                        self.policy.remember(obs)
-                    after = int(rows[-1].id)
             self._thread = threading.Thread(target=self._run, name="captioner", daemon=True)
             self._thread.start()
             return True

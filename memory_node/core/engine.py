@@ -128,6 +128,7 @@ class MemoryEngine:
         describer: Any = None,
         llm_settings: Any = "env",
         open_now: bool = True,
+        captioner_options: dict[str, Any] | None = None,
     ):
         self.config = config or MemoryConfig.from_mapping({})
         self.clock: Clock = clock or time.time
@@ -135,6 +136,7 @@ class MemoryEngine:
         self._text_embedder = text_embedder
         self._image_embedder = image_embedder
         self._describer = describer
+        self._captioner_options = dict(captioner_options or {})  # a clock, a policy (tests)
         self._llm_settings = llm_settings
         self._qcache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._qcache_lock = threading.Lock()
@@ -263,9 +265,8 @@ class MemoryEngine:
                     embed_texts=self._embed_texts, text_model_id=lambda: self.text_model_id,
                     sync=self.sync, max_per_min=self.config.caption_max_per_min,
                     **self._captioner_options)
+                self._captioner.prime()
             return self._captioner
-
-    _captioner_options: dict[str, Any] = {}  # tests: a simulated clock, a policy
 
     def _resume_captions(self) -> None:
         """Rows left pending by an earlier process are captioned by this one (when it holds
