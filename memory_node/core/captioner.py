@@ -36,6 +36,10 @@ from memory_node.core.types import Observation, Pose
 log = logging.getLogger("memory_node.captioner")
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
+# Input tokens per request, estimated: a JPEG of at most 768 pixels a side is 4 tiles on the
+# common vision APIs (85 + 4 x 170 = 765 tokens), plus the prompt.
+PROMPT_TOKENS = 800
+CAPTION_TOKENS = 30  # a one-sentence caption, until captions are measured
 TAG = "caption"
 LOCK_FILE = "caption.lock"
 # Retrying cannot fix these answers (a bad request, a reply with no text): fail the row.
@@ -156,7 +160,7 @@ class Captioner:
                  poll_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] | None = None,
-                 prompt_tokens: int = 900):
+                 prompt_tokens: int = PROMPT_TOKENS):
         if not max_per_min > 0:
             raise ValueError("caption_max_per_min must be > 0")
         self.store = store
@@ -190,6 +194,19 @@ class Captioner:
     # ---- admission (the ingest path: no I/O beyond memory) ----------------------------------
     def admit(self, t: float, pose: Pose | None, tags: dict[str, Any]) -> bool:
         return self.policy.admit(t, pose, tags)
+
+    def backfill(self) -> int:
+        """Admit rows stored before captions were on (through the same novel-view policy);
+        returns how many were queued. The worker is woken when any were."""
+        queued = 0
+        for obs in sorted(self.store.rows_of([self.stream]), key=lambda o: o.t):
+            if TAG in obs.tags or not self.policy.admit(obs.t, obs.pose, obs.tags):
+                continue
+            self.store.update_tags(obs.id, {**obs.tags, TAG: PENDING})
+            queued += 1
+        if queued:
+            self.notify()
+        return queued
 
     def notify(self) -> None:
         """New pending rows were stored: wake the worker."""
@@ -339,7 +356,7 @@ class Captioner:
         backlog waits, the budget's ceiling (max_per_min * 60)."""
         now = self.clock()
         recent = [tok for t, tok in self._hour if now - t <= 3600.0]
-        per_req = (sum(recent) / len(recent)) if recent else self.prompt_tokens + 20
+        per_req = (sum(recent) / len(recent)) if recent else self.prompt_tokens + CAPTION_TOKENS
         ceiling = int(self.max_per_min * 60)
         reqs = ceiling if pending > 0 else min(ceiling, len(recent))
         return {"caption_requests_per_hour": reqs,

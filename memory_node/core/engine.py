@@ -700,9 +700,12 @@ class MemoryEngine:
             if self._captioner is not None:
                 est = self._captioner.estimate(entry.pending)
             else:
+                from memory_node.core.captioner import CAPTION_TOKENS, PROMPT_TOKENS
+
                 ceiling = int(self.config.caption_max_per_min * 60)
                 reqs = ceiling if entry.pending else 0
-                est = {"caption_requests_per_hour": reqs, "caption_tokens_per_hour": reqs * 920}
+                est = {"caption_requests_per_hour": reqs,
+                       "caption_tokens_per_hour": reqs * (PROMPT_TOKENS + CAPTION_TOKENS)}
             entry.caption_requests_per_hour = est["caption_requests_per_hour"]
             entry.caption_tokens_per_hour = est["caption_tokens_per_hour"]
         pending = self.reembed_pending()
