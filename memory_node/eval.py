@@ -1,15 +1,19 @@
 """`memory-eval`: the sample recording's question set (ground_truth.json, issue 14), answered
 through the agent skills, with accuracy per kind of question.
 
-Kinds: where (a position), when (a time), yes_no (what / yes-no), how_long (a duration) and
-count (how many times). Each question carries its expected answer, a tolerance, and `ask`: a
+Kinds: where (a position), when (a time), yes_no (what / yes-no), how_long (a duration),
+count (how many times) and object (where did I see the fridge: the flat's furniture, answered
+by a semantic camera search, right when the answer is within 1 m of a pose the object was in
+view from; see memory_node.sim.objects). Each question carries its expected answer, a tolerance, and `ask`: a
 structured form that this command maps, deterministically, to skill calls (query_memory,
 visits, name_place), whose text answers it reads back the way an agent would. The named
 places of the question set are named first with name_place.
 
 The store: --memory-dir D when it holds a recording of the sample; otherwise (or with
 --record) the sample is replayed into a fresh store by memory-node under simulated time, as
-`memory-demo` does (needs ROS 2 Python packages).
+`memory-demo` does (needs ROS 2 Python packages). `--captions standin|vlm` and `--clip` ask
+a copy of it (OUT/memory-captions-standin, ...) whose novel camera views were captioned by the
+background captioner, or whose camera rows were re-embedded with the fetched CLIP model.
 """
 
 from __future__ import annotations
@@ -211,7 +215,7 @@ def report_section(outcomes: list[Outcome], table: Mapping[str, Mapping[str, flo
              f"every question of its ground_truth.json answered on that store ({store}) "
              "through the skills, deterministically (no model). Tolerances: where 0.75 m "
              "(brightest view 1 m), when 3 s (a person's first/last sight 6 s), how long "
-             "max(2 s, 10 %), counts exact.", "",
+             "max(2 s, 10 %), counts exact, objects 1 m from a pose they were seen from.", "",
              "| kind | questions | right | accuracy |", "|---|---|---|---|"]
     for kind, row in table.items():
         lines.append(f"| {kind} | {int(row['questions'])} | {int(row['right'])} | "
