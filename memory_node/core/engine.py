@@ -144,6 +144,9 @@ class MemoryEngine:
         self._ingestor: Ingestor | None = None
         self._captioner: Any = None
         self._reembedder: Any = None
+        self._reembed_done = False
+        self._reembed_checked = -1e9
+        self._reembed_count = 0
         self._captioner_lock = threading.Lock()
         self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
@@ -304,10 +307,22 @@ class MemoryEngine:
             self._reembedder = job
 
     def reembed_pending(self) -> int:
-        """Camera rows still carrying another model's vectors than the configured one."""
-        target = self.camera_model_id()
-        counts: dict[str | None, int] = self.store.model_counts("camera")
-        return sum(int(n) for m, n in counts.items() if m is not None and m != target)
+        """Camera rows still carrying another model's vectors than the configured one.
+
+        Counting scans the camera rows, so searches do not pay for it each time: once zero,
+        it stays zero (only a process configured otherwise writes other vectors); until then
+        it is counted at most once a second."""
+        if self._reembed_done:
+            return 0
+        now = time.monotonic()
+        if now - self._reembed_checked >= 1.0:
+            target = self.camera_model_id()
+            counts: dict[str | None, int] = self.store.model_counts("camera")
+            self._reembed_count = sum(int(n) for m, n in counts.items()
+                                      if m is not None and m != target)
+            self._reembed_checked = now
+            self._reembed_done = self._reembed_count == 0
+        return self._reembed_count
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._text_embedder.embed_texts(list(texts)), np.float32)
