@@ -4,9 +4,10 @@ through the agent skills, with accuracy per kind of question.
 Kinds: where (a position), when (a time), yes_no (what / yes-no), how_long (a duration),
 count (how many times) and object (where did I see the fridge: the flat's furniture, answered
 by a semantic camera search, right when the answer is within 1 m of a pose the object was in
-view from; see memory_node.sim.objects). Each question carries its expected answer, a tolerance, and `ask`: a
-structured form that this command maps, deterministically, to skill calls (query_memory,
-visits, name_place), whose text answers it reads back the way an agent would. The named
+view from; see memory_node.sim.objects). Each question carries its expected answer, a
+tolerance, and `ask`: a structured form that this command maps, deterministically, to skill
+calls (query_memory, visits, name_place), whose text answers it reads back the way an agent
+would. The named
 places of the question set are named first with name_place.
 
 The store: --memory-dir D when it holds a recording of the sample; otherwise (or with

@@ -257,18 +257,20 @@ class Captioner:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # The budget first: it costs no query. A wake-up (new rows) only ends a wait early
+            # when the event was cleared before it, so a set event never makes a busy loop.
+            wait = self._budget_wait()
+            self._wake.clear()
+            if wait > 0:
+                self._sleep(wait)
+                continue
             try:
                 obs = self._next()
             except Exception:  # noqa: BLE001 - a busy database: try again later
                 log.exception("captioner: reading pending rows failed")
                 obs = None
             if obs is None:
-                self._wake.clear()
                 self._sleep(self.poll_s)
-                continue
-            wait = self._budget_wait()
-            if wait > 0:
-                self._sleep(wait)
                 continue
             self._one(obs)
 

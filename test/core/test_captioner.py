@@ -261,3 +261,30 @@ def test_caption_max_per_min_must_be_positive(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="caption_max_per_min"):
         MemoryConfig.from_mapping({"caption_max_per_min": 0}, env={})
+
+
+def test_an_exhausted_budget_waits_instead_of_polling(tmp_path: Path) -> None:
+    """With the budget spent and rows pending, the worker sleeps until the window reopens:
+    new keyframes wake it once each, not into a loop of database reads (which stole CPU from
+    the recorder)."""
+    with VLMServer() as srv:
+        client = ChatClient(LLMSettings(base_url=srv.base_url, api_key="sk-test-key",
+                                        model="vlm-x"))
+        config = MemoryConfig.from_mapping({"memory_dir": str(tmp_path / "m"),
+                                            "describer": "vlm", "caption_max_per_min": 1},
+                                           env={})
+        eng = MemoryEngine(config, clock=FakeClock(), text_embedder=minilm(),
+                           describer=VLMDescriber(client), llm_settings=None)
+        try:
+            eng.add_camera_frames(_frames(3))
+            wait_until(lambda: states(eng)["captioned"] == 1)
+            reads = []
+            real = eng.store.tagged
+            eng.store.tagged = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[method-assign]
+            for i in range(3):
+                eng.add_camera_frames(_frames(1, start=10 + i))
+                time.sleep(0.3)
+            assert len(reads) <= 3  # at most one look per wake-up
+            assert states(eng) == {"captioned": 1, "pending": 5, "failed": 0}
+        finally:
+            eng.close()
