@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-per-min", type=float, default=4.0)
     parser.add_argument("--drain", type=float, default=20.0, help="seconds after the replay")
     parser.add_argument("--domain", type=int, default=232)
+    parser.add_argument("--describers", default="opencv,vlm",
+                        help="the runs, in order (comma-separated)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "caption_replay.json")
     args = parser.parse_args(argv)
     from memory_node.demo import load_sample
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"rate": args.rate, "bag_s": args.duration, "latency_s": args.latency,
                            "caption_max_per_min": args.max_per_min, "runs": []}
     with tempfile.TemporaryDirectory() as d:
-        for describer in ("opencv", "vlm"):
+        for describer in args.describers.split(","):
             res = _run(describer, sample, args.rate, Path(d), args.domain, args.latency,
                        args.max_per_min, args.drain)
             print(json.dumps(res), flush=True)
