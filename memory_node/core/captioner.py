@@ -109,7 +109,7 @@ class CaptionPolicy:
             return True
 
 
-class _FileLock:
+class FileLock:
     """An exclusive, non-blocking lock on a file (released when the process ends)."""
 
     def __init__(self, path: Path):
@@ -181,7 +181,7 @@ class Captioner:
         self.prompt_tokens = prompt_tokens  # image + prompt, per request (an estimate)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_file = _FileLock(self.root / LOCK_FILE)
+        self._lock_file = FileLock(self.root / LOCK_FILE)
         self._owner = False
         self._attempts: dict[int, int] = {}
         self._sent: deque[float] = deque()  # request times, for the per-minute budget

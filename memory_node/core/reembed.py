@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_node.core.captioner import _FileLock
+from memory_node.core.captioner import FileLock
 
 log = logging.getLogger("memory_node.reembed")
 LOCK_FILE = "reembed.lock"
@@ -41,7 +41,7 @@ class Reembedder:
         self.pause_s = pause_s  # between batches: the recorder's work goes first
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_file = _FileLock(self.root / LOCK_FILE)
+        self._lock_file = FileLock(self.root / LOCK_FILE)
         self.done = 0
         self.skipped: set[int] = set()
 
