@@ -191,6 +191,9 @@ def accuracy(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
 
 
 def show(got: Any) -> str:
+    if isinstance(got, dict) and "seen_from" in got:
+        return (f"near one of {len(got['seen_from'])} poses it was seen from (the object at "
+                f"x={got['x']:.2f} y={got['y']:.2f})")
     if isinstance(got, dict):
         return f"x={got['x']:.2f} y={got['y']:.2f}"
     if isinstance(got, float) and got > 1e9:  # a time: UTC, to the tenth of a second
