@@ -275,6 +275,7 @@ setup(
             "memory-demo = memory_node.demo:main",
             "memory-sync = memory_node.fleet.sync:main",
             "memory-eval = memory_node.eval:main",
+            "memory-models = memory_node.models:main",
         ],
     },
     distclass=BinaryDistribution,

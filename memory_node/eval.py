@@ -1,20 +1,26 @@
 """`memory-eval`: the sample recording's question set (ground_truth.json, issue 14), answered
 through the agent skills, with accuracy per kind of question.
 
-Kinds: where (a position), when (a time), yes_no (what / yes-no), how_long (a duration) and
-count (how many times). Each question carries its expected answer, a tolerance, and `ask`: a
-structured form that this command maps, deterministically, to skill calls (query_memory,
-visits, name_place), whose text answers it reads back the way an agent would. The named
+Kinds: where (a position), when (a time), yes_no (what / yes-no), how_long (a duration),
+count (how many times) and object (where did I see the fridge: the flat's furniture, answered
+by a semantic camera search, right when the answer is within 1 m of a pose the object was in
+view from; see memory_node.sim.objects). Each question carries its expected answer, a
+tolerance, and `ask`: a structured form that this command maps, deterministically, to skill
+calls (query_memory, visits, name_place), whose text answers it reads back the way an agent
+would. The named
 places of the question set are named first with name_place.
 
 The store: --memory-dir D when it holds a recording of the sample; otherwise (or with
 --record) the sample is replayed into a fresh store by memory-node under simulated time, as
-`memory-demo` does (needs ROS 2 Python packages).
+`memory-demo` does (needs ROS 2 Python packages). `--captions standin|vlm` and `--clip` ask
+a copy of it (OUT/memory-captions-standin, ...) whose novel camera views were captioned by the
+background captioner, or whose camera rows were re-embedded with the fetched CLIP model.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -25,7 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from memory_node.sim.generate import QUESTION_KINDS
+from memory_node.sim.generate import QUESTION_KINDS as SAMPLE_KINDS
+
+# The sample's question kinds, and "object" (where did I see the fridge?): asked of the
+# camera stream's meaning, so the describer, CLIP or captions decide the answer.
+QUESTION_KINDS = (*SAMPLE_KINDS, "object")
 
 POSE = re.compile(r"at x=(-?\d+(?:\.\d+)?) y=(-?\d+(?:\.\d+)?)")
 CLOCK = re.compile(r"(\d{4}-\d{2}-\d{2} )?(\d{2}:\d{2}:\d{2})")
@@ -122,6 +132,10 @@ class Asker:
             return self.first_result(stream="camera", near_x=ask["x"], near_y=ask["y"],
                                      radius=ask["radius"], tags=dict(ask["tags"]),
                                      k=1) is not None
+        if kind == "object_seen":
+            line = self.first_result(stream="camera", semantic_query=ask["object"], k=1)
+            pose = POSE.search(line or "")
+            return {"x": float(pose.group(1)), "y": float(pose.group(2))} if pose else None
         if kind == "time_in":
             return self.visits(near=ask["place"])["total_s"]
         if kind == "visits_count":
@@ -139,6 +153,8 @@ def check(q: Mapping[str, Any], got: Any) -> bool:
         return abs(float(got) - float(want)) <= tol
     if q["kind"] == "count":
         return abs(int(got) - int(want)) <= tol
+    if q["kind"] == "object":  # seen from where the answer says: near a pose it was seen from
+        return any(math.hypot(got["x"] - x, got["y"] - y) <= tol for x, y in want["seen_from"])
     return bool(got) == bool(want)
 
 
@@ -154,7 +170,7 @@ def answer_all(skills: Mapping[str, Any], truth: Mapping[str, Any], now: float,
     """Name the places, then answer every question (deterministic: no model involved)."""
     name_places(skills, truth.get("places", {}))
     out = []
-    for q in truth["questions"]:
+    for q in [*truth["questions"], *truth.get("object_questions", [])]:
         if not only(q):
             continue
         asker = Asker(skills, now)
@@ -175,6 +191,9 @@ def accuracy(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
 
 
 def show(got: Any) -> str:
+    if isinstance(got, dict) and "seen_from" in got:
+        return (f"near one of {len(got['seen_from'])} poses it was seen from (the object at "
+                f"x={got['x']:.2f} y={got['y']:.2f})")
     if isinstance(got, dict):
         return f"x={got['x']:.2f} y={got['y']:.2f}"
     if isinstance(got, float) and got > 1e9:  # a time: UTC, to the tenth of a second
@@ -200,7 +219,7 @@ def report_section(outcomes: list[Outcome], table: Mapping[str, Mapping[str, flo
              f"every question of its ground_truth.json answered on that store ({store}) "
              "through the skills, deterministically (no model). Tolerances: where 0.75 m "
              "(brightest view 1 m), when 3 s (a person's first/last sight 6 s), how long "
-             "max(2 s, 10 %), counts exact.", "",
+             "max(2 s, 10 %), counts exact, objects 1 m from a pose they were seen from.", "",
              "| kind | questions | right | accuracy |", "|---|---|---|---|"]
     for kind, row in table.items():
         lines.append(f"| {kind} | {int(row['questions'])} | {int(row['right'])} | "
@@ -252,6 +271,84 @@ def record(sample: Any, memory_dir: Path, out_dir: Path, rate: float,
         session.stop()
 
 
+def camera_variant(memory_dir: Path, out: Path, truth: Mapping[str, Any], now: float,
+                   captions: str | None, clip: bool, rate: float,
+                   echo: Callable[[str], None], stack: contextlib.ExitStack,
+                   timeout_s: float = 1800.0) -> Any:
+    """A copy of the recorded store with richer camera semantics, ready to be asked: captions
+    (`standin`: the sample's caption oracle; `vlm`: the VLM_* / OPENAI_* endpoint) added by the
+    background captioner to the novel views, and/or camera rows re-embedded with the fetched
+    CLIP model. Returns the engine; `stack` closes it and the stand-in."""
+    import shutil
+    import time
+
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.engine import MemoryEngine
+
+    name = "-".join([*([f"captions-{captions}"] if captions else []), *(["clip"] if clip else [])])
+    target = out / f"memory-{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(memory_dir, target, ignore=shutil.ignore_patterns("*.lock"))
+    values: dict[str, Any] = {"memory_dir": str(target)}
+    if clip:
+        values["image_embedder"] = "clip"
+    describer = None
+    if captions:
+        values.update(describer="vlm", caption_max_per_min=rate)
+        if captions == "standin":
+            from memory_node.core.embedders.describer import VLMDescriber
+            from memory_node.core.llm import ChatClient, LLMSettings
+
+            oracle = stack.enter_context(_oracle(memory_dir, truth))
+            describer = VLMDescriber(ChatClient(LLMSettings(
+                base_url=oracle.base_url, api_key="standin", model="caption-oracle")))
+    engine = MemoryEngine(MemoryConfig.from_mapping(values), clock=lambda: now,
+                          describer=describer)
+    stack.callback(engine.close)
+    deadline = time.monotonic() + timeout_s
+    if captions:
+        queued = engine.captioner().backfill()
+        echo(f"memory-eval: {queued} novel views of {memory_dir.name} queued for captions "
+             f"({captions}, at most {rate:g} a minute)")
+        while True:
+            cam = next(e for e in engine.list_streams().streams if e.name == "camera")
+            if not cam.pending:
+                echo(f"memory-eval: captions: {cam.captioned} done, {cam.failed} failed")
+                break
+            if time.monotonic() > deadline:
+                echo(f"memory-eval: captions: {cam.pending} still pending after "
+                     f"{timeout_s:.0f} s; asking anyway")
+                break
+            time.sleep(1.0)
+    while clip and engine.reembed_pending():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    return engine
+
+
+def _oracle(memory_dir: Path, truth: Mapping[str, Any]) -> Any:
+    """The caption stand-in, knowing the recorded keyframes and the sample's ground truth."""
+    import cv2
+
+    from memory_node.core.store.sqlite_store import SqliteObservationStore
+    from memory_node.sim.caption_oracle import CaptionOracle
+    from memory_node.sim.generate import EPOCH_S
+    from memory_node.sim.objects import caption, object_views
+
+    store = SqliteObservationStore(memory_dir / "memory.db")
+    try:
+        frames = []
+        for obs in store.rows_of(["camera"]):
+            img = cv2.imread(str(memory_dir / obs.ref)) if obs.ref else None
+            if img is not None:
+                frames.append((obs.t, img))
+    finally:
+        store.close()
+    views = object_views(int(truth["seed"]), float(truth["duration"]))
+    return CaptionOracle(frames, lambda t: caption(views.at(t - EPOCH_S)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="memory-eval", description=__doc__,
@@ -270,6 +367,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="only questions of this kind (repeatable)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="one line per question: expected, answered, the skill calls")
+    parser.add_argument("--captions", choices=("standin", "vlm"), default=None,
+                        help="ask a copy of the store whose novel camera views were captioned "
+                        "by the background captioner: 'standin' answers from the sample's "
+                        "ground truth (the objects in view), 'vlm' is the model at "
+                        "VLM_BASE_URL / VLM_API_KEY (then OPENAI_*)")
+    parser.add_argument("--caption-rate", type=float, default=None, metavar="N",
+                        help="caption_max_per_min for --captions (default 600 for the "
+                        "stand-in, 10 for a real model)")
+    parser.add_argument("--clip", action="store_true",
+                        help="ask a copy of the store re-embedded with the fetched CLIP model "
+                        "(memory-models fetch clip)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--report", type=Path, default=None, metavar="MD",
                         help="also write the figures as the 'Question set' section of MD "
@@ -298,15 +406,24 @@ def main(argv: list[str] | None = None) -> int:
                   "recorded from the sample", file=sys.stderr)
             return 2
     now = float(truth["epoch"]) + float(truth["duration"]) + 1.0  # the end of the recording
-    config = MemoryConfig.from_mapping({"memory_dir": str(memory_dir)})
-    engine = MemoryEngine(config, clock=lambda: now)
-    try:
+    from memory_node.sim.objects import object_questions
+
+    truth = {**truth, "object_questions": object_questions(int(truth["seed"]),
+                                                           float(truth["duration"]))}
+    with contextlib.ExitStack() as stack:
+        if args.captions or args.clip:
+            rate = args.caption_rate or (600.0 if args.captions == "standin" else 10.0)
+            engine = camera_variant(memory_dir, args.out, truth, now, args.captions,
+                                    args.clip, rate, echo, stack)
+            memory_dir = engine.config.root
+        else:
+            config = MemoryConfig.from_mapping({"memory_dir": str(memory_dir)})
+            engine = MemoryEngine(config, clock=lambda: now)
+            stack.callback(engine.close)
         client = EngineClient(engine)
         skills = {s.name: s for s in get_skills(client, live_descriptions=False)}
         kinds = set(args.kind or QUESTION_KINDS)
         outcomes = answer_all(skills, truth, now, lambda q: q["kind"] in kinds)
-    finally:
-        engine.close()
     table = accuracy(outcomes)
     if args.report is not None:
         write_report(args.report, report_section(

@@ -29,6 +29,7 @@ COMMANDS = {
     "memory-demo": "memory_node.demo:main",
     "memory-sync": "memory_node.fleet.sync:main",
     "memory-eval": "memory_node.eval:main",
+    "memory-models": "memory_node.models:main",
 }
 
 

@@ -34,6 +34,10 @@ class MemoryConfig:
     clip_image_model: str = ""
     clip_text_model: str = ""
     clip_tokenizer: str = ""
+    # With describer "vlm": keyframes are stored with the heuristic text at once and a
+    # background captioner replaces it with the model's caption for novel views, at most this
+    # many requests in any minute.
+    caption_max_per_min: float = 4.0
     # Query limits.
     k_default: int = 5
     k_max: int = 100
@@ -132,6 +136,8 @@ class MemoryConfig:
             raise ConfigError("compact_clock must be 'store' or 'clock'")
         if not self.visit_gap_s > 0:
             raise ConfigError("visit_gap_s must be > 0")
+        if not self.caption_max_per_min > 0:
+            raise ConfigError("caption_max_per_min must be > 0")
         if self.image_embedder not in ("", "clip"):
             raise ConfigError("image_embedder must be '' (describe + text model) or 'clip'")
 

@@ -573,7 +573,9 @@ class CompactAnswer(Answer):
 
 
 class StreamInfo(Answer):
-    omit_if_none: ClassVar[frozenset[str]] = frozenset({"status", "topic"})
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({
+        "status", "topic", "captioned", "pending", "failed", "caption_max_per_min",
+        "caption_requests_per_hour", "caption_tokens_per_hour", "reembed_pending"})
     name: str
     count: int
     first_t: float | None = None
@@ -581,6 +583,16 @@ class StreamInfo(Answer):
     semantic: bool = False
     status: str | None = None
     topic: str | None = None
+    # Camera with `describer: vlm`: rows captioned, waiting for a caption, given up on; the
+    # budget, and what it is estimated to cost per hour.
+    captioned: int | None = None
+    pending: int | None = None
+    failed: int | None = None
+    caption_max_per_min: float | None = None
+    caption_requests_per_hour: int | None = None
+    caption_tokens_per_hour: int | None = None
+    # Rows still to be embedded again after the image embedder changed.
+    reembed_pending: int | None = None
 
 
 class StreamsAnswer(Answer):

@@ -128,6 +128,7 @@ class MemoryEngine:
         describer: Any = None,
         llm_settings: Any = "env",
         open_now: bool = True,
+        captioner_options: dict[str, Any] | None = None,
     ):
         self.config = config or MemoryConfig.from_mapping({})
         self.clock: Clock = clock or time.time
@@ -135,11 +136,18 @@ class MemoryEngine:
         self._text_embedder = text_embedder
         self._image_embedder = image_embedder
         self._describer = describer
+        self._captioner_options = dict(captioner_options or {})  # a clock, a policy (tests)
         self._llm_settings = llm_settings
         self._qcache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._qcache_lock = threading.Lock()
         self._compact_lock = threading.Lock()
         self._ingestor: Ingestor | None = None
+        self._captioner: Any = None
+        self._reembedder: Any = None
+        self._reembed_done = False
+        self._reembed_checked = -1e9
+        self._reembed_count = 0
+        self._captioner_lock = threading.Lock()
         self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
@@ -167,6 +175,8 @@ class MemoryEngine:
         self.indexes.load_or_rebuild()
         picked = self._ingest_note_files()
         indexed = self._index_missing_vectors()
+        self._resume_captions()
+        self._start_reembed()
         log.info(
             "memory opened at %s: %d observations, %d vectors, %d notes picked up from "
             "Markdown, %d rows indexed late, in %.2f s", cfg.root, self.store.count(),
@@ -185,16 +195,30 @@ class MemoryEngine:
         if cfg.image_embedder == "clip" and self._image_embedder is None:
             from memory_node.core.embedders import get_image_embedder
 
+            if cfg.clip_image_model or cfg.clip_text_model:
+                options: dict[str, Any] = {
+                    "image_model_path": cfg.clip_image_model or None,
+                    "text_model_path": cfg.clip_text_model or None,
+                    "tokenizer_path": cfg.clip_tokenizer or None}
+            else:  # no paths: the model `memory-models fetch clip` put in the models dir
+                from memory_node.core.model_store import clip_options
+
+                options = clip_options()
             self._image_embedder = get_image_embedder(
-                "clip", image_model_path=cfg.clip_image_model,
-                text_model_path=cfg.clip_text_model, tokenizer_path=cfg.clip_tokenizer,
-                onnx_threads=cfg.onnx_threads)
+                "clip", onnx_threads=cfg.onnx_threads, **options)
+            self._image_embedder.load()
 
     def close(self) -> bool:
         """Write the index cache and close the store. Returns True when the cache was written;
         False when it was not (another process held it, or a write failed: logged), in which
         case the next start loads the previous cache and catches up from memory.db."""
         persisted = False
+        if self._captioner is not None:
+            self._captioner.stop()
+            self._captioner = None
+        if self._reembedder is not None:
+            self._reembedder.stop()
+            self._reembedder = None
         if self.indexes is not None and self.store is not None:
             try:
                 persisted = self.indexes.persist()
@@ -226,6 +250,79 @@ class MemoryEngine:
 
             self._describer = get_describer(self.config.describer)
         return self._describer
+
+    def captioner(self) -> Any:
+        """The background captioner when the describer is a vision-language model (built on
+        first use; None otherwise)."""
+        if self._captioner is not None:
+            return self._captioner
+        if self.config.describer != "vlm" and not hasattr(self._describer, "caption"):
+            return None
+        with self._captioner_lock:
+            if self._captioner is None:
+                from memory_node.core.captioner import Captioner
+
+                describer = self.describer
+                self._captioner = Captioner(
+                    self.store, self.config.root, caption=describer.caption,
+                    embed_texts=self._embed_texts, text_model_id=lambda: self.text_model_id,
+                    sync=self.sync, max_per_min=self.config.caption_max_per_min,
+                    **self._captioner_options)
+                self._captioner.prime()
+            return self._captioner
+
+    def _resume_captions(self) -> None:
+        """Rows left pending by an earlier process are captioned by this one (when it holds
+        the store's caption lock and the endpoint is configured)."""
+        if self.config.describer != "vlm" and not hasattr(self._describer, "caption"):
+            return
+        if not self.store.tagged("camera", "caption", "pending", 0, limit=1):
+            return
+        try:
+            captioner = self.captioner()
+        except Exception as exc:  # noqa: BLE001 - e.g. no key in this process
+            log.warning("camera rows wait for captions but no captioner can start here: %s",
+                        exc)
+            return
+        if captioner is not None:
+            captioner.start()
+
+    def camera_model_id(self) -> str:
+        """The model camera rows are embedded with now: CLIP's, else the text model's."""
+        if self._image_embedder is not None:
+            return self._image_embedder.model_id
+        return self.text_model_id
+
+    def _start_reembed(self) -> None:
+        """Camera rows embedded by another model than the configured one (the image
+        embedder changed) get the new model's vectors in the background."""
+        from memory_node.core.reembed import Reembedder
+
+        job = Reembedder(self.store, self.config.root, target=self.camera_model_id,
+                         image_embedder=lambda: self._image_embedder,
+                         embed_texts=self._embed_texts, sync=self.sync)
+        if job.pending() and job.start():
+            log.info("%d camera rows carry another model's vectors: re-embedding them with "
+                     "%s in the background", job.pending(), self.camera_model_id())
+            self._reembedder = job
+
+    def reembed_pending(self) -> int:
+        """Camera rows still carrying another model's vectors than the configured one.
+
+        Counting scans the camera rows, so searches do not pay for it each time: once zero,
+        it stays zero (only a process configured otherwise writes other vectors); until then
+        it is counted at most once a second."""
+        if self._reembed_done:
+            return 0
+        now = time.monotonic()
+        if now - self._reembed_checked >= 1.0:
+            target = self.camera_model_id()
+            counts: dict[str | None, int] = self.store.model_counts("camera")
+            self._reembed_count = sum(int(n) for m, n in counts.items()
+                                      if m is not None and m != target)
+            self._reembed_checked = now
+            self._reembed_done = self._reembed_count == 0
+        return self._reembed_count
 
     def _embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._text_embedder.embed_texts(list(texts)), np.float32)
@@ -403,6 +500,13 @@ class MemoryEngine:
         if plan.visits:
             return self.run_visits(plan)
         pairs, notes = self.run_search(plan)
+        if plan.semantic_query and (plan.streams is None or "camera" in plan.streams):
+            waiting = self.reembed_pending()
+            if waiting:
+                notes.append(f"{waiting} camera rows still carry vectors of an earlier model "
+                             f"and are being re-embedded with {self.camera_model_id()} in the "
+                             "background; until then their scores do not compare with the "
+                             "others'")
         results = [result_item(obs, score) for obs, score in pairs]
         if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
@@ -593,8 +697,35 @@ class MemoryEngine:
 
     # ---- streams / compact ------------------------------------------------------------------
     def list_streams(self) -> StreamsAnswer:
-        return StreamsAnswer(streams=[StreamInfo(**e) for e in self.store.stream_stats()],
+        entries = [StreamInfo(**e) for e in self.store.stream_stats()]
+        for entry in entries:
+            if entry.name == "camera":
+                self._camera_extras(entry)
+        return StreamsAnswer(streams=entries,
                              places=[PlaceInfo(**p.info()) for p in self.places.all()])
+
+    def _camera_extras(self, entry: StreamInfo) -> None:
+        """Caption progress and cost (describer vlm), and rows awaiting a new embedding."""
+        if self.config.describer == "vlm" or hasattr(self._describer, "caption"):
+            counts = self.store.tag_counts("camera", "caption")
+            entry.captioned = counts.get("done", 0)
+            entry.pending = counts.get("pending", 0)
+            entry.failed = counts.get("failed", 0)
+            entry.caption_max_per_min = self.config.caption_max_per_min
+            if self._captioner is not None:
+                est = self._captioner.estimate(entry.pending)
+            else:
+                from memory_node.core.captioner import CAPTION_TOKENS, PROMPT_TOKENS
+
+                ceiling = int(self.config.caption_max_per_min * 60)
+                reqs = ceiling if entry.pending else 0
+                est = {"caption_requests_per_hour": reqs,
+                       "caption_tokens_per_hour": reqs * (PROMPT_TOKENS + CAPTION_TOKENS)}
+            entry.caption_requests_per_hour = est["caption_requests_per_hour"]
+            entry.caption_tokens_per_hour = est["caption_tokens_per_hour"]
+        pending = self.reembed_pending()
+        if pending:
+            entry.reembed_pending = pending
 
     def mark_recording_clock(self, simulated: bool) -> None:
         """Say which clock the rows are being recorded on (the recorder, at start): a store
@@ -626,7 +757,8 @@ class MemoryEngine:
                 self.store, self.config.root, embed_texts=self._embed_texts,
                 text_model_id=lambda: self.text_model_id,
                 image_embedder=lambda: self._image_embedder,
-                describer=lambda: self.describer, sync=self.sync)
+                describer=lambda: self.describer, sync=self.sync,
+                captioner=self.captioner)
         return self._ingestor
 
     def write_blob(self, stream: str, t: float, data: bytes, ext: str) -> str:

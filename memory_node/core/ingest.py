@@ -37,7 +37,8 @@ class Ingestor:
                  text_model_id: Callable[[], str],
                  image_embedder: Callable[[], Any],
                  describer: Callable[[], Any],
-                 sync: Callable[[], int]):
+                 sync: Callable[[], int],
+                 captioner: Callable[[], Any] | None = None):
         self.store = store
         self.root = Path(root)
         self.embed_texts = embed_texts
@@ -45,6 +46,7 @@ class Ingestor:
         self.image_embedder = image_embedder
         self.describer = describer
         self.sync = sync
+        self.captioner = captioner
         self._blob_seq = 0
 
     def _blob_ref(self, stream: str, t: float, ext: str) -> str:
@@ -81,7 +83,15 @@ class Ingestor:
 
         if not frames:
             return []
-        descs = [self.describer().describe(f.image_bgr) for f in frames]
+        describer = self.describer()
+        captioner = self.captioner() if self.captioner is not None else None
+        if captioner is not None and captioner.stream != stream:
+            captioner = None
+        if captioner is not None:
+            # The model's caption comes later, from the background captioner: the row is
+            # stored now with the heuristic text, never waiting for the network.
+            describer = describer.heuristic
+        descs = [describer.describe(f.image_bgr) for f in frames]
         rows, refs = [], []
         for f in frames:
             ok, buf = cv2.imencode(".jpg", f.image_bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
@@ -96,12 +106,18 @@ class Ingestor:
         else:
             vecs = self.embed_texts([d.text for d in descs])
             model_id = self.text_model_id()
+        admitted = 0
         for f, d, ref in zip(frames, descs, refs, strict=True):
             tags = {**d.tags, **f.tags}
+            if captioner is not None and captioner.admit(f.t, f.pose, tags):
+                tags["caption"] = "pending"  # persisted with the row: the captioner's queue
+                admitted += 1
             rows.append(Observation(stream=stream, t=f.t, pose=f.pose, tags=tags, text=d.text,
                                     ref=ref, model_id=model_id, view=f.view))
         ids = self.store.insert(rows, list(vecs))
         self.sync()
+        if admitted and captioner is not None:
+            captioner.notify()
         return ids
 
     def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,

@@ -338,5 +338,10 @@ class VLMDescriber:
     def describe(self, image_bgr: np.ndarray) -> ImageDescription:
         img = as_bgr_uint8(image_bgr)
         tags = self.heuristic.tags(img)
-        text = self.client.caption_image(img, self.prompt, max_tokens=self.max_tokens)
-        return ImageDescription(tags=tags, text=" ".join(text.split()))
+        return ImageDescription(tags=tags, text=self.caption(img))
+
+    def caption(self, image_bgr: np.ndarray) -> str:
+        """The model's caption alone (the background captioner's call)."""
+        text = self.client.caption_image(as_bgr_uint8(image_bgr), self.prompt,
+                                         max_tokens=self.max_tokens)
+        return " ".join(text.split())

@@ -377,6 +377,80 @@ class SqliteObservationStore(ObservationStore):
                 self._rollback()
                 raise
 
+    def set_text(self, obs_id: int, text: str, tags: dict[str, Any],
+                 vector: np.ndarray | None = None, model_id: str | None = None) -> bool:
+        """Replace a row's text and tags and, with `vector`, its embedding, in one
+        transaction (a caption arriving after the row). False when the row is gone (archived
+        or never there): nothing is written then."""
+        with self._wlock:
+            self._w.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._w.execute(
+                    "SELECT o.stream, o.model_id, v.slot FROM observations o LEFT JOIN vectors v"
+                    " ON v.id = o.id WHERE o.id=?", (obs_id,)).fetchone()
+                if row is None:
+                    self._w.execute("ROLLBACK")
+                    return False
+                stream, old_model, old_slot = row
+                self._w.execute("UPDATE observations SET text=?, tags=? WHERE id=?",
+                                (text, json.dumps(tags, separators=(",", ":")), obs_id))
+                self._note_tag_keys(stream, tags)
+                if vector is not None:
+                    assert model_id is not None
+                    if old_slot is not None:
+                        self._w.execute("DELETE FROM vectors WHERE id=?", (obs_id,))
+                        self._mark_dead(old_model, stream, 1)
+                        if old_model != model_id:  # out of the old model's index first
+                            self._w.execute(
+                                "INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')",
+                                (obs_id,))
+                    self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
+                                    (model_id, obs_id))
+                    self._append_vectors([(obs_id, model_id, stream, vector)])
+                    self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
+                                    (obs_id,))
+                self._commit()
+                return True
+            except BaseException:
+                self._rollback()
+                raise
+
+    def tagged(self, stream: str, key: str, value: str, after_id: int = 0,
+               limit: int = 1000) -> list[Observation]:
+        """Rows of `stream` whose tag `key` equals the string `value`, in id order from
+        `after_id` (background jobs find their persisted work this way)."""
+        with self._rlock:
+            rows = self._r.execute(
+                f"SELECT {_COLUMNS} FROM observations WHERE stream=? AND id > ? AND"
+                " json_extract(tags, ?) = ? ORDER BY id LIMIT ?",
+                (stream, int(after_id), _json_path(key), value, int(limit))).fetchall()
+        return [self._row(r) for r in rows]
+
+    def tag_counts(self, stream: str, key: str) -> dict[str, int]:
+        """How many rows of `stream` carry each value of the tag `key`."""
+        with self._rlock:
+            rows = self._r.execute(
+                "SELECT json_extract(tags, ?) AS v, count(*) FROM observations WHERE stream=?"
+                " AND v IS NOT NULL GROUP BY v", (_json_path(key), stream)).fetchall()
+        return {str(v): int(n) for v, n in rows}
+
+    def rows_not_of_model(self, stream: str, model_id: str, after_id: int = 0,
+                          limit: int = 64) -> list[Observation]:
+        """Rows of `stream` with a vector of another model than `model_id`, in id order."""
+        with self._rlock:
+            rows = self._r.execute(
+                f"SELECT {_COLUMNS} FROM observations WHERE stream=? AND id > ? AND model_id"
+                " IS NOT NULL AND model_id != ? ORDER BY id LIMIT ?",
+                (stream, int(after_id), model_id, int(limit))).fetchall()
+        return [self._row(r) for r in rows]
+
+    def model_counts(self, stream: str) -> dict[str | None, int]:
+        """Rows of `stream` per embedding model (None: no vector)."""
+        with self._rlock:
+            rows = self._r.execute("SELECT model_id, count(*) FROM observations WHERE stream=?"
+                                   " GROUP BY model_id", (stream,)).fetchall()
+        return {m: int(n) for m, n in rows}
+
     # ---- vector files (inside the caller's write transaction) --------------------------------
     def _commit(self) -> None:
         self._w.execute("COMMIT")
