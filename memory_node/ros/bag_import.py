@@ -388,8 +388,50 @@ def _existing_keyframes(engine: Any, plan: Plan) -> set[tuple[str, float]]:
     return {(r.stream, r.t) for r in rows}
 
 
-# Kept keyframes stored per call: one embedding batch for the camera frames among them.
-STORE_BATCH = 32
+# Kept keyframes handed to the storing thread at once (one embedding batch for the camera
+# frames among them), or fewer once they span STORE_SPAN_S of bag time: the storing thread
+# looks the camera's view up in TF at their stamps, so it stays well inside tf_cache_s.
+STORE_BATCH = 16
+STORE_SPAN_S = 5.0
+
+
+class _Storer:
+    """Stores kept keyframes on a thread of its own, in order, while the reader reads and
+    gates on (describing and embedding release the GIL: two cores both work). At most one
+    batch waits, so the store is never far behind the bag."""
+
+    def __init__(self, store: Any) -> None:
+        import queue
+        import threading
+
+        self._store = store
+        self._queue: queue.Queue[list[Any] | None] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="memory-import-store",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            try:
+                self._store(batch)
+            except BaseException as exc:  # noqa: BLE001 - reported by the reader's thread
+                self.error = exc
+
+    def put(self, batch: list[Any]) -> None:
+        self._queue.put(batch)
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Wait until everything handed over is stored."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _messages(reader: Any, plan: Plan) -> Iterator[tuple[str, int, bytes, str]]:
@@ -427,6 +469,7 @@ class Importer:
         self.outcome.resumed = dict.fromkeys(self.outcome.streams, 0)
         self._kept: list[Any] = []
         self._waiting: Any = None
+        self._storer: _Storer | None = None
 
     def run(self) -> Outcome:
         from collections import deque
@@ -436,6 +479,7 @@ class Importer:
         t0 = time.monotonic()
         reader = open_reader(self.plan.bags)
         last_ns = self.plan.window[0]
+        self._storer = _Storer(policy.store)
         try:
             for topic, t_ns, raw, msgtype in _messages(reader, self.plan):
                 if self.stop is not None and self.stop.requested:
@@ -463,14 +507,17 @@ class Importer:
         except KeyboardInterrupt:
             out.interrupted = True
         except Exception as exc:  # noqa: BLE001 - a truncated/corrupt chunk mid-way
-            self._store(final=False)
+            # Every message read is decided and stored (finally): no more TF will come.
             raise ImportError_(f"the bag is unreadable after {out.messages} messages: "
                                f"{exc}") from None
         finally:
             reader.close()
-        if not out.interrupted:
-            self._step(final=True)  # the end of the bags: TF will not come any more
-        self._store(final=True)
+            try:
+                if not out.interrupted:
+                    self._step(final=True)  # the end of the bags: TF will not come any more
+                self._store(final=True)
+            finally:
+                self._storer.close()
         out.bag_s = (last_ns - self.plan.window[0]) / 1e9
         out.wall_s = time.monotonic() - t0
         out.counters = {s: policy.counters[s] for s in STREAMS}
@@ -508,9 +555,12 @@ class Importer:
         self._store(final)
 
     def _store(self, final: bool) -> None:
-        if self._kept and (final or len(self._kept) >= STORE_BATCH):
-            kept, self._kept = self._kept, []
-            self.policy.store(kept)
+        kept = self._kept
+        if kept and (final or len(kept) >= STORE_BATCH
+                     or kept[-1].t - kept[0].t >= STORE_SPAN_S):
+            self._kept = []
+            assert self._storer is not None
+            self._storer.put(kept)
 
     def _tf_problems(self) -> list[str]:
         problems = []
