@@ -360,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = bench_long(work, args.hours)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        result |= {"machine": machine_info(), "cpus_used": args.cpus, "when": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                    time.gmtime())}
+        result |= {"machine": machine_info(), "cpus_used": args.cpus,
+                   "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         write_json(args.out / f"import_{kind}.json", result)
         print(f"{kind}: {result['summary']}", flush=True)
     results = {}

@@ -145,6 +145,9 @@ class RecorderPolicy:
         # offline driving (on_message / flush): messages waiting for their pose, in order
         self._waiting: deque[Job] = deque()
         self.manual_clock: ManualClock | None = None
+        # Offline: given, it takes the keyframes the gate kept (in order) instead of `store`
+        # here — an importer that passes over rows stored before and stores on its own thread.
+        self.on_kept: Callable[[list[Job]], None] | None = None
 
     @classmethod
     def offline(cls, settings: Mapping[str, Any], engine: Any,
@@ -399,6 +402,10 @@ class RecorderPolicy:
             self._waiting.popleft()
             if admitted:
                 kept.append(job)
+        if self.on_kept is not None:
+            if kept:
+                self.on_kept(kept)
+            return
         for i in range(0, len(kept), self.batch_size):  # as the node's worker batches
             self.store(kept[i:i + self.batch_size])
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
-import os
 import signal
 import sys
 import time
@@ -87,12 +85,10 @@ class Plan:
 
 def _bag_identity(reader: Any) -> list[Any]:
     """What tells one recording from another: each file's name, time span and counts."""
-    parts = []
-    for p in sorted(str(p) for p in reader.paths):
-        parts.append(Path(p).name)
-    for c in sorted(reader.connections, key=lambda c: (c.topic, c.msgtype)):
-        parts.append([c.topic, c.msgtype, c.msgcount])
-    return [parts, reader.start_time, reader.end_time]
+    names = sorted(Path(p).name for p in reader.paths)
+    counts = [[c.topic, c.msgtype, c.msgcount]
+              for c in sorted(reader.connections, key=lambda c: (c.topic, c.msgtype))]
+    return [names, counts, reader.start_time, reader.end_time]
 
 
 def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequence[str] | None,
@@ -451,8 +447,10 @@ def _messages(reader: Any, plan: Plan) -> Iterator[tuple[str, int, bytes, str]]:
 
 
 class Importer:
-    """Reads the plan's bags through `RecorderPolicy` into `engine` (see the module
-    docstring). `run()` returns the Outcome."""
+    """Reads the plan's bags through the recorder's policy (`RecorderPolicy.offline`: the
+    node's stamps, pose resolution and gate, its TF waits on the bag's clock) into `engine`;
+    the keyframes it keeps go to a storing thread, less those an earlier run stored.
+    `run()` returns the Outcome."""
 
     def __init__(self, plan: Plan, settings: dict[str, Any], engine: Any, *,
                  progress: Progress | None = None, stop: _Stop | None = None,
@@ -461,6 +459,7 @@ class Importer:
 
         self.plan, self.engine, self.progress, self.stop = plan, engine, progress, stop
         self.policy = RecorderPolicy.offline(settings, engine, logger=logger)
+        self.policy.on_kept = self._on_kept
         self.stream_of = {st.topic: st for st in plan.streams.values()
                           if st.topic in plan.read_topics}
         self.existing = _existing_keyframes(engine, plan)
@@ -468,14 +467,10 @@ class Importer:
                                         in plan.read_topics])
         self.outcome.resumed = dict.fromkeys(self.outcome.streams, 0)
         self._kept: list[Any] = []
-        self._waiting: Any = None
         self._storer: _Storer | None = None
 
     def run(self) -> Outcome:
-        from collections import deque
-
         policy, out = self.policy, self.outcome
-        self._waiting = deque()
         t0 = time.monotonic()
         reader = open_reader(self.plan.bags)
         last_ns = self.plan.window[0]
@@ -492,18 +487,11 @@ class Importer:
                 else:
                     st = self.stream_of[topic]
                     msg = reader.deserialize(raw, msgtype)
-                    policy.manual_clock.set(now)  # type: ignore[union-attr]
-                    if st.stream == "odom":
-                        self._waiting.append(policy.receive_odom(msg))
-                    else:
-                        kind = (st.kind or "raw") if st.stream == "camera" else ""
-                        self._waiting.append(policy.receive(st.stream, msg, kind))
-                self._step()
+                    policy.on_message(st.stream, msg, arrived_s=now,
+                                      kind=st.kind or "raw")
                 last_ns = max(last_ns, t_ns)
                 if self.progress is not None:
                     self.progress.update((last_ns - self.plan.window[0]) / 1e9, self._rows())
-        except ReplayError:
-            raise
         except KeyboardInterrupt:
             out.interrupted = True
         except Exception as exc:  # noqa: BLE001 - a truncated/corrupt chunk mid-way
@@ -514,15 +502,14 @@ class Importer:
             reader.close()
             try:
                 if not out.interrupted:
-                    self._step(final=True)  # the end of the bags: TF will not come any more
+                    policy.flush()  # the end of the bags: TF will not come any more
                 self._store(final=True)
             finally:
                 self._storer.close()
         out.bag_s = (last_ns - self.plan.window[0]) / 1e9
         out.wall_s = time.monotonic() - t0
         out.counters = {s: policy.counters[s] for s in STREAMS}
-        poses = policy.poses
-        out.tf = dict(poses.tf_stats())
+        out.tf = dict(policy.poses.tf_stats())
         out.tf_problems = self._tf_problems()
         if self.progress is not None:
             self.progress.update(out.bag_s, self._rows())
@@ -532,27 +519,18 @@ class Importer:
         return {s: self.policy.counters[s].stored + self.outcome.resumed.get(s, 0)
                 for s in self.outcome.streams}
 
-    def _step(self, final: bool = False) -> None:
-        """Gate the waiting messages in arrival order as far as their poses are decided (the
-        policy's offline driving, with the keyframes an earlier run stored passed over)."""
-        policy, waiting = self.policy, self._waiting
-        while waiting:
-            job = waiting[0]
-            if final:
-                job.enqueued = -math.inf  # every wait has run out
-            admitted = policy.gate(job, wait=False)
-            if admitted is None:
-                break
-            waiting.popleft()
-            if not admitted:
-                continue
+    def _on_kept(self, jobs: list[Any]) -> None:
+        """Keyframes the gate kept, in order: counted by pose source; those an earlier run
+        stored are passed over, the rest handed to the storing thread in batches."""
+        out = self.outcome
+        for job in jobs:
             source = job.pose.source if job.pose is not None else "none"
-            self.outcome.sources[source] = self.outcome.sources.get(source, 0) + 1
+            out.sources[source] = out.sources.get(source, 0) + 1
             if (job.stream, job.t) in self.existing:
-                self.outcome.resumed[job.stream] += 1
-                continue
-            self._kept.append(job)
-        self._store(final)
+                out.resumed[job.stream] += 1
+            else:
+                self._kept.append(job)
+        self._store(final=False)
 
     def _store(self, final: bool) -> None:
         kept = self._kept
