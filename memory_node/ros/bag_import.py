@@ -260,7 +260,6 @@ class Progress:
         self.tty = out.isatty() if tty is None else tty
         self.t0 = time.monotonic()
         self._last = self.t0
-        self._done_s = 0.0
         self.bar: Any = None
         if self.tty:
             try:
@@ -281,10 +280,8 @@ class Progress:
         rows_text = " ".join(f"{s} {n}" for s, n in rows.items())
         if self.bar is not None:
             if now - self._last >= 0.1 or done_s >= self.total_s:
-                self.bar.update(round(done_s - self._done_s, 1))
-                self._done_s = round(done_s, 1)
-                self.bar.set_postfix_str(f"{rate:.1f}x real time, rows: {rows_text}",
-                                         refresh=False)
+                self.bar.n = round(done_s, 1)
+                self.bar.set_postfix_str(f"{rate:.1f}x real time, rows: {rows_text}")
                 self._last = now
             return
         if now - self._last >= self.every_s:
