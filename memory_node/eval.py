@@ -242,6 +242,7 @@ def import_sample(sample: Any, memory_dir: Path, echo: Callable[[str], None]) ->
     if bag_import.main([str(sample.bag), "--memory-dir", str(memory_dir)]) != 0:
         raise RuntimeError(f"memory-import of {sample.bag} failed (see above)")
     with MemoryEngine(MemoryConfig.from_mapping({"memory_dir": str(memory_dir)})) as engine:
+        assert engine.store is not None
         return engine.store.count()
 
 
