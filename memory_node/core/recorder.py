@@ -270,7 +270,9 @@ class RecorderPolicy:
             return False
         if job.pose is None:
             c.no_pose += 1
-        view = (view_thumbnail(job.msg, job.kind)
+        # The thumbnail only when the gate needs it (see KeyframeGate): no decode for a frame
+        # that the pose and the clock already turn down.
+        view = ((lambda: view_thumbnail(job.msg, job.kind))
                 if job.stream == "camera" and gate.min_view_change else None)
         with self.lock:
             admitted = gate.admit(job.t, job.pose, view)
