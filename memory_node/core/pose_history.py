@@ -30,6 +30,8 @@ from memory_node.ros.tf_buffer import (
 )
 from memory_node.ros.tf_wire import TfEdgeFilter, TfWireError, WireTransform, parse_tf_message
 
+# The pose source of odometry interpolated between the two samples around a stamp.
+ODOM_INTERPOLATED = "odom_interpolated"
 # Odometry samples kept for looking a pose up at a message stamp (a few seconds at 50 Hz).
 ODOM_HISTORY = 500
 
@@ -233,11 +235,19 @@ class PoseHistory:
         self._fresh.seen("odom", t, self.clock())
 
     # ---- reading ----------------------------------------------------------------------------
+    @property
+    def latest_odom_stamp(self) -> float | None:
+        """The newest odometry sample's stamp (None before any)."""
+        with self._lock:
+            return self._odom_t[-1] if self._odom_t else None
+
     def odom_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry (in its own frame) at the stamp: interpolated between the samples around
-        it; the latest (oldest) for a stamp newer (older) than all of them by no more than the
-        tolerance; None beyond that, where the history says nothing about the stamp (odometry
-        stopped, or the stamp is from before a time jump). None given: the latest."""
+        it (source "odom_interpolated"); a sample's own stamp gives that sample, and the latest
+        (oldest) answers for a stamp newer (older) than all of them by no more than the
+        tolerance (source "odom"); None beyond that, where the history says nothing about the
+        stamp (odometry stopped, or the stamp is from before a time jump). None given: the
+        latest."""
         with self._lock:
             if not self._odom:
                 return None
@@ -246,6 +256,8 @@ class PoseHistory:
             if stamp_s >= self._odom_t[-1]:
                 return self._odom[-1] if stamp_s - self._odom_t[-1] <= self.tolerance_s else None
             i = bisect.bisect_left(self._odom_t, stamp_s)
+            if self._odom_t[i] == stamp_s:
+                return self._odom[i]  # a sample's own stamp
             if i == 0:
                 return self._odom[0] if self._odom_t[0] - stamp_s <= self.tolerance_s else None
             t0, t1, a, b = self._odom_t[i - 1], self._odom_t[i], self._odom[i - 1], self._odom[i]
@@ -255,12 +267,13 @@ class PoseHistory:
         r = (stamp_s - t0) / (t1 - t0) if t1 > t0 else 0.0
         dyaw = normalize_angle(b.yaw - a.yaw)
         return Pose(a.x + r * (b.x - a.x), a.y + r * (b.y - a.y), a.z + r * (b.z - a.z),
-                    normalize_angle(a.yaw + r * dyaw), a.frame, "odom")
+                    normalize_angle(a.yaw + r * dyaw), a.frame, ODOM_INTERPOLATED)
 
     def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry at the stamp in the world frame, through world ← odom at that stamp (the
         latest one when TF has none there). A robot whose TF has no world ← odom at all (no
-        map) gets odometry in its own frame, labelled so. Source "odom" either way."""
+        map) gets odometry in its own frame, labelled so. The source says odometry either way
+        ("odom", or "odom_interpolated" between two samples)."""
         odom = self.odom_at(stamp_s)
         if odom is None:
             return None
@@ -276,7 +289,7 @@ class PoseHistory:
         if world_odom is None:
             return odom
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
-        return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
+        return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, odom.source)
 
     def tf_pose_at(self, stamp_s: float | None) -> Pose | None:
         """TF world ← base at the stamp (within the tolerance), or None."""
@@ -291,12 +304,19 @@ class PoseHistory:
         """TF world ← base exactly at the stamp (interpolated, never clamped), and whether a
         transform for it may still come: not when the stamp lies before the data an edge holds
         or in a gap of it, which later /tf messages do not fill (a message that came before
-        the first transform, lost /tf samples)."""
+        the first transform, lost /tf samples).
+
+        A chain of static transforms only is not a moving robot's pose yet: go2_ros2_sdk's
+        URDF latches map -> odom -> base_link as identities before its driver publishes the
+        real odom -> base_link, so that answer is "may still come" (after the bounded wait,
+        `pose_at` takes it)."""
         try:
             tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s, 0.0)
         except ExtrapolationError as exc:
             return None, exc.direction not in ("past", "gap")
         except TransformError:
+            return None, True
+        if not self._chain_moves():
             return None, True
         return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf"), True
 
@@ -304,9 +324,21 @@ class PoseHistory:
         """Whether TF links the world frame to the base frame at all (at its latest time)."""
         return self.tf_pose_at(None) is not None
 
+    def has_moving_world_pose(self) -> bool:
+        """Whether TF links world and base through at least one /tf (dynamic) transform."""
+        return self.has_world_pose() and self._chain_moves()
+
+    def _chain_moves(self) -> bool:
+        return any(self.buffer.is_dynamic(frame) for frame in self._tf_chain())
+
     def pose_at(self, stamp_s: float | None) -> Pose | None:
-        """TF at the stamp (within the tolerance) → odometry at the stamp → None."""
-        return self.tf_pose_at(stamp_s) or self.odom_pose_at(stamp_s)
+        """TF at the stamp (within the tolerance) → odometry at the stamp → None. Odometry
+        comes first while TF links world and base by static transforms only (a URDF's fixed
+        identities, no driver on /tf)."""
+        tf = self.tf_pose_at(stamp_s)
+        if tf is not None and not self._chain_moves():
+            return self.odom_pose_at(stamp_s) or tf
+        return tf or self.odom_pose_at(stamp_s)
 
     def lookup(self, frame: str, stamp_s: float) -> Transform | None:
         """world ← `frame` at the stamp (within the tolerance), or None."""
@@ -320,6 +352,8 @@ class PoseHistory:
         `age_s`, the age of the newest sample it used, and `stale` past max_pose_age_s."""
         now = self.clock()
         pose = self.tf_pose_at(None)
+        if pose is not None and not self._chain_moves() and self.odom_at(None) is not None:
+            pose = None  # static transforms only: odometry says where the robot is
         keys = self._tf_chain() if pose is not None else ["odom"]
         if pose is None:
             pose = self.odom_pose_at(None)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from memory_node.core.config import MemoryConfig
+from memory_node.core.recorder_settings import recorder_settings
 from memory_node.ros import params
 
 # The nodes of memory-node and the tables each one declares (ros/main.py): the TF listener
@@ -93,6 +94,8 @@ def load(path: Path | None, overrides: dict[str, Any] | None = None
                              params.RECORDER_PARAMS)
     # In memory-node the pose parameters are read by the TF listener the recorder shares.
     recorder |= convert_table(node_values(sections, LISTENER_NODE) | extra, params.POSE_PARAMS)
+    # As the policy sees them: robot_prefix applied to the topics and the robot's frames.
+    recorder = recorder_settings(recorder)
     engine = convert_table(node_values(sections, SERVER_NODE) | extra,
                            params.engine_param_table())
     config = MemoryConfig.from_mapping(
