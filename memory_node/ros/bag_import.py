@@ -124,7 +124,7 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
                "odom": StreamTopic("odom", settings["odom_topic"], (ODOMETRY,))}
     for st in streams.values():
         typ, n = found.get(st.topic, ("", 0))
-        st.found = typ in st.types
+        st.found = bool(st.topic) and typ in st.types  # an empty topic turns a stream off
         st.count = n if st.found else 0
         st.others = tuple(sorted(t for t, (ty, _) in found.items()
                                  if ty in st.types and t != st.topic))
@@ -221,7 +221,9 @@ def dry_run(plan: Plan, settings: dict[str, Any], out: TextIO) -> None:
                   f"{total} messages on {len(plan.topics)} topics\n")
         for st in plan.streams.values():
             kind = st.types[0].rsplit("/", 1)[-1]
-            if st.topic in plan.read_topics:
+            if not st.topic:
+                out.write(f"  {st.stream:7s} off (no topic configured)\n")
+            elif st.topic in plan.read_topics:
                 out.write(f"  {st.stream:7s} {st.topic} ({kind}): {st.count} messages, "
                           "recorded\n")
             elif st.found:
