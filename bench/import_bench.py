@@ -195,8 +195,16 @@ def run_import(bags: list[Path], memory: Path, config: Path | None,
     engine = MemoryEngine(cfg, clock=ManualClock(plan.window[0] / 1e9))
     open_s = time.perf_counter() - t_open
     prof = cProfile.Profile() if profile else None
+    store_prof = cProfile.Profile() if profile else None
     try:
         importer = Importer(plan, settings, engine)
+        if store_prof is not None:  # the storing thread's own profile
+            store = importer.policy.store
+
+            def profiled_store(jobs: Any) -> None:
+                store_prof.runcall(store, jobs)
+
+            importer.policy.store = profiled_store  # type: ignore[method-assign]
         if prof is not None:
             prof.enable()
         cpu0, main0 = _cpu_s(), time.thread_time()
@@ -218,21 +226,36 @@ def run_import(bags: list[Path], memory: Path, config: Path | None,
         "main_thread_cpu_s": round(main_cpu, 2), "idle_2core_wall_s": round(idle_wall, 2),
         "idle_2core_speed": round(outcome.bag_s / idle_wall, 1), "summary": outcome.summary()}
     text = ""
-    if prof is not None:
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(28)
-        text = buf.getvalue()
+    if prof is not None and store_prof is not None:
+        for name, p in (("reader", prof), ("store", store_prof)):
+            buf = io.StringIO()
+            pstats.Stats(p, stream=buf).sort_stats("cumulative").print_stats(22)
+            text += f"#{name}\n" + buf.getvalue()
     return result, text
 
 
 def _profile_table(text: str) -> str:
-    """The cProfile listing as rows: cumulative seconds, calls, function."""
-    rows = []
+    """The cProfile listings (the reader's thread, the storing thread) as rows: thread,
+    cumulative seconds, calls, function (paths from the package or site-packages on)."""
+    rows, thread = [], ""
     for line in text.splitlines():
+        if line.startswith("#"):
+            thread = line[1:]
+            continue
         parts = line.split(None, 5)
         if len(parts) == 6 and parts[0].replace("/", "").isdigit():
-            rows.append(f"| {parts[3]} | {parts[0]} | `{parts[5][-90:]}` |")
-    return "\n".join(["| cumulative s | calls | function |", "|---|---|---|", *rows[:24]])
+            try:
+                float(parts[3])
+            except ValueError:
+                continue
+            where = parts[5]
+            for mark in ("site-packages/", "/memory_node/", "/lib/python3"):
+                if mark in where:
+                    where = where[where.index(mark):].lstrip("/")
+                    break
+            rows.append(f"| {thread} | {parts[3]} | {parts[0]} | `{where}` |")
+    return "\n".join(["| thread | cumulative s | calls | function |", "|---|---|---|---|",
+                      *rows])
 
 
 def bench_sample(work: Path) -> dict[str, Any]:
