@@ -357,6 +357,17 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                          f"{r.get('cpus_used', '?')} of {m.get('cpus', '?')} CPUs "
                          f"({m.get('cpu', '?')}), load average {m.get('loadavg', '?')}; "
                          f"{r['summary']}")
+    loads = [r.get("machine", {}).get("loadavg", [0.0])[0] for r in results.values()]
+    cpus = next(iter(results.values()), {}).get("machine", {}).get("cpus", "?")
+    if loads and max(loads) > 1.5:
+        lines += ["", f"Provisional: measured while other work shared the machine (load "
+                  f"average up to {max(loads):.0f} on {cpus} CPUs), so the wall times are "
+                  "longer than an idle "
+                  "machine's. The column \"2 idle cores\" is what the import's own CPU "
+                  "seconds allow there: the reader's thread is the critical path and the "
+                  "storing thread runs beside it, so the wall time is about max(reader "
+                  "thread, all threads / 2). Re-measure on an idle machine with the commands "
+                  "above."]
     long = results.get("long")
     if long is not None:
         q = long["queries"]
@@ -367,6 +378,13 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                   f"{long['bag_mb']:.0f} / {long['store_mb']:.0f} | {long['peak_rss_mb']:.0f} | "
                   f"{q['combined']['p50_ms']} | {q['semantic_only']['p50_ms']} | "
                   f"{q['visits']['p50_ms']} |"]
+        hours = long["bag_s"] / 3600
+        if hours < 7.9:
+            lines += ["", f"Not measured: the 8-hour recording (`--long --hours 8`, a ~35 GB "
+                      f"bag at these rates). Measured: {hours:.1f} h; import time and store "
+                      "size grow linearly with the recording (the gate's work per message and "
+                      "the rows per metre walked are constant), the query p50s with the rows "
+                      "(see the query sections above for 10k-1M rows)."]
     go2 = results.get("go2")
     if go2 is not None and go2.get("profile"):
         lines += ["", "Where the time goes (Go2 rates; cProfile, cumulative):", "",
