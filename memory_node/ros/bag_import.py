@@ -616,6 +616,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         dry_run(plan, settings, sys.stdout)
         return 0
+    for st in plan.streams.values():
+        if st.topic and not st.found:
+            kind = st.types[0].rsplit("/", 1)[-1]
+            print(f"memory-import: {st.stream}: no {st.topic} in the bags; {kind} topics: "
+                  f"{', '.join(st.others) or 'none'}", file=err)
+    if not plan.read_topics:
+        print("memory-import: none of the configured topics is in the bags; nothing to "
+              "import (see --dry-run)", file=err)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="memory-import: %(message)s")
     from memory_node.core.engine import MemoryEngine
     from memory_node.core.recorder import ManualClock
@@ -637,15 +646,6 @@ def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO) -> i
     if engine.store.get_meta(key) is not None:
         print(Outcome(already=True).summary(), flush=True)
         return 0
-    missing = [st for st in plan.streams.values() if st.topic and not st.found]
-    for st in missing:
-        kind = st.types[0].rsplit("/", 1)[-1]
-        print(f"memory-import: {st.stream}: no {st.topic} in the bags; {kind} topics: "
-              f"{', '.join(st.others) or 'none'}", file=err)
-    if not plan.read_topics:
-        print("memory-import: none of the configured topics is in the bags; nothing to "
-              "import (see --dry-run)", file=err)
-        return 2
     engine.mark_recording_clock(True)  # the rows are on the bags' clock, as a replay's
     progress = Progress(plan.duration_s, err)
     with _Stop() as stop:

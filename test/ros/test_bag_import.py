@@ -249,6 +249,12 @@ def test_bad_input_is_refused_and_stores_nothing(sample, reference, tmp_path):
     assert rows(memory) == before
     fresh = tmp_path / "fresh"
     assert run_import(tmp_path / "no_such_bag", "--memory-dir", fresh).returncode == 2
+    # A configuration none of whose topics the bag has: said, and no store made.
+    cfg.write_text("memory_recorder:\n  ros__parameters:\n    camera_topic: /a\n"
+                   "    lidar_topic: /b\n/**:\n  ros__parameters:\n    odom_topic: /c\n")
+    nothing = run_import(sample.bag_dir, "--memory-dir", fresh, "--config", cfg)
+    assert nothing.returncode == 2 and "none of the configured topics" in nothing.stderr
+    assert "lidar: no /b in the bags; PointCloud2 topics: /lidar/points" in nothing.stderr
     assert not fresh.exists()
 
 
