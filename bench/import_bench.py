@@ -327,9 +327,9 @@ def _query_p50s(memory: Path, n: int = 50) -> dict[str, Any]:
 def report(results: dict[str, dict[str, Any]]) -> str:
     lines = ["## memory-import: bags to memory, offline (x real time)", "",
              "Bag seconds imported per wall second, in one process, into a fresh store "
-             "(the time to open the store and load the models is given apart). Commands: "
-             "`python -m bench.import_bench --sample`, `--go2 --seconds 120`, "
-             "`--long --hours 8`.", "",
+             "(the time to open the store and load the models is given apart). Command: "
+             "`python -m bench.import_bench --sample --go2 --seconds S --long --hours H` "
+             "(the lengths measured are the table's bag seconds).", "",
              "| recording | bag s | messages | wall s | x real time | CPU s (all / reader "
              "thread) | x real time, 2 idle cores (from CPU s) | rows camera / lidar / odom | "
              "keyframe ratio camera |", "|---|---|---|---|---|---|---|---|---|"]
@@ -374,14 +374,14 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         lines += ["", "| long recording | wall s | rows | disk MB (bag / store) | peak RSS MB |"
                   " p50 combined ms | p50 semantic-only ms | p50 visits ms |",
                   "|---|---|---|---|---|---|---|---|",
-                  f"| {long['bag_s'] / 3600:.1f} h | {long['wall_s']:.0f} | {q['rows']} | "
+                  f"| {long['bag_s'] / 3600:.2f} h | {long['wall_s']:.0f} | {q['rows']} | "
                   f"{long['bag_mb']:.0f} / {long['store_mb']:.0f} | {long['peak_rss_mb']:.0f} | "
                   f"{q['combined']['p50_ms']} | {q['semantic_only']['p50_ms']} | "
                   f"{q['visits']['p50_ms']} |"]
         hours = long["bag_s"] / 3600
         if hours < 7.9:
             lines += ["", f"Not measured: the 8-hour recording (`--long --hours 8`, a ~35 GB "
-                      f"bag at these rates). Measured: {hours:.1f} h; import time and store "
+                      f"bag at these rates). Measured: {hours:.2f} h; import time and store "
                       "size grow linearly with the recording (the gate's work per message and "
                       "the rows per metre walked are constant), the query p50s with the rows "
                       "(see the query sections above for 10k-1M rows)."]
