@@ -270,6 +270,7 @@ setup(
             "memory-server = memory_node.ros.server:main",
             "memory-cli = memory_node.ros.cli:main",
             "memory-replay = memory_node.ros.replay:main",
+            "memory-import = memory_node.ros.bag_import:main",
             "memory-mcp = memory_node.agent.mcp_server:main",
             "memory-sample-bag = memory_node.sim.generate:main",
             "memory-demo = memory_node.demo:main",

@@ -11,10 +11,12 @@ would. The named
 places of the question set are named first with name_place.
 
 The store: --memory-dir D when it holds a recording of the sample; otherwise (or with
---record) the sample is replayed into a fresh store by memory-node under simulated time, as
-`memory-demo` does (needs ROS 2 Python packages). `--captions standin|vlm` and `--clip` ask
-a copy of it (OUT/memory-captions-standin, ...) whose novel camera views were captioned by the
-background captioner, or whose camera rows were re-embedded with the fetched CLIP model.
+--record) the sample is imported into a fresh store by `memory-import` (memory-node's
+recorder policy, offline: the rows of a live 1x recording, in seconds), or with --replay
+replayed into memory-node under simulated time at --rate, as `memory-demo` does (needs the
+ROS 2 runtime). `--captions standin|vlm` and `--clip` ask a copy of it
+(OUT/memory-captions-standin, ...) whose novel camera views were captioned by the background
+captioner, or whose camera rows were re-embedded with the fetched CLIP model.
 """
 
 from __future__ import annotations
@@ -207,7 +209,8 @@ REPORT_BEGIN, REPORT_END = "<!-- eval:begin -->", "<!-- eval:end -->"
 
 
 def report_section(outcomes: list[Outcome], table: Mapping[str, Mapping[str, float]],
-                   command: str, store: str) -> str:
+                   command: str, store: str,
+                   recorded: str = "imported with memory-import") -> str:
     """The "Question set" section of BENCHMARKS.md."""
     import platform
     import time
@@ -215,7 +218,7 @@ def report_section(outcomes: list[Outcome], table: Mapping[str, Mapping[str, flo
     lines = [REPORT_BEGIN, "## Question set (memory-eval): accuracy per kind", "",
              f"Command: `{command}` ({time.strftime('%Y-%m-%d %H:%M:%S %z')}, "
              f"{platform.machine()}, Python {platform.python_version()}). The sample flat "
-             "(seed 7, 150 s) replayed at 3x into memory-node under simulated time, then "
+             f"(seed 7, 150 s) {recorded}, then "
              f"every question of its ground_truth.json answered on that store ({store}) "
              "through the skills, deterministically (no model). Tolerances: where 0.75 m "
              "(brightest view 1 m), when 3 s (a person's first/last sight 6 s), how long "
@@ -243,6 +246,23 @@ def write_report(path: Path, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
+
+
+def import_sample(sample: Any, memory_dir: Path, echo: Callable[[str], None]) -> int:
+    """Import the sample into a fresh store with memory-import; returns the rows stored."""
+    import shutil
+
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.engine import MemoryEngine
+    from memory_node.ros import bag_import
+
+    shutil.rmtree(memory_dir, ignore_errors=True)
+    echo(f"memory-eval: importing {sample.bag} into {memory_dir}")
+    if bag_import.main([str(sample.bag), "--memory-dir", str(memory_dir)]) != 0:
+        raise RuntimeError(f"memory-import of {sample.bag} failed (see above)")
+    with MemoryEngine(MemoryConfig.from_mapping({"memory_dir": str(memory_dir)})) as engine:
+        assert engine.store is not None
+        return engine.store.count()
 
 
 def record(sample: Any, memory_dir: Path, out_dir: Path, rate: float,
@@ -360,8 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-dir", type=Path, default=None,
                         help="a store recorded from the sample (default OUT/memory)")
     parser.add_argument("--record", action="store_true",
-                        help="replay the sample into a fresh store first, even if one exists")
-    parser.add_argument("--rate", type=float, default=3.0, help="replay speed (default 3x)")
+                        help="record the sample into a fresh store first, even if one exists")
+    parser.add_argument("--replay", action="store_true",
+                        help="record by replaying into memory-node (at --rate) instead of "
+                        "importing with memory-import")
+    parser.add_argument("--rate", type=float, default=3.0,
+                        help="--replay: replay speed (default 3x)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--kind", choices=QUESTION_KINDS, action="append",
                         help="only questions of this kind (repeatable)")
@@ -398,9 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     memory_dir = args.memory_dir or args.out / "memory"
     echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    if args.record or not (memory_dir / "memory.db").is_file():
+    if (args.record or args.replay) or not (memory_dir / "memory.db").is_file():
         try:
-            record(sample, memory_dir, args.out, args.rate, echo)
+            if args.replay:
+                record(sample, memory_dir, args.out, args.rate, echo)
+            else:
+                import_sample(sample, memory_dir, echo)
         except ImportError as exc:
             print(f"memory-eval: recording needs ROS 2 ({exc}); give --memory-dir of a store "
                   "recorded from the sample", file=sys.stderr)
@@ -428,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report is not None:
         write_report(args.report, report_section(
             outcomes, table, "memory-eval " + " ".join(argv if argv is not None
-                                                       else sys.argv[1:]), memory_dir.name))
+                                                       else sys.argv[1:]), memory_dir.name,
+            f"replayed at {args.rate:g}x into memory-node under simulated time"
+            if args.replay else "imported with memory-import"))
     if args.json:
         print(json.dumps({"accuracy": table, "questions": [
             {"id": o.question["id"], "kind": o.question["kind"], "ok": o.ok,

@@ -151,6 +151,9 @@ class RecorderPolicy:
         # offline driving (on_message / flush): messages waiting for their pose, in order
         self._waiting: deque[Job] = deque()
         self.manual_clock: ManualClock | None = None
+        # Offline: given, it takes the keyframes the gate kept (in order) instead of `store`
+        # here — an importer that passes over rows stored before and stores on its own thread.
+        self.on_kept: Callable[[list[Job]], None] | None = None
 
     @classmethod
     def offline(cls, settings: Mapping[str, Any], engine: Any,
@@ -310,7 +313,9 @@ class RecorderPolicy:
             c.no_pose += 1
             if c.no_pose >= self.UNPOSED_WARN_AFTER:
                 self.warn_unposed(job.stream, job.lookup_t)
-        view = (view_thumbnail(job.msg, job.kind)
+        # The thumbnail only when the gate needs it (see KeyframeGate): no decode for a frame
+        # that the pose and the clock already turn down.
+        view = ((lambda: view_thumbnail(job.msg, job.kind))
                 if job.stream == "camera" and gate.min_view_change else None)
         with self.lock:
             admitted = gate.admit(job.t, job.pose, view)
@@ -542,6 +547,10 @@ class RecorderPolicy:
             self._waiting.popleft()
             if admitted:
                 kept.append(job)
+        if self.on_kept is not None:
+            if kept:
+                self.on_kept(kept)
+            return
         for i in range(0, len(kept), self.batch_size):  # as the node's worker batches
             self.store(kept[i:i + self.batch_size])
 

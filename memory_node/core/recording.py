@@ -74,7 +74,10 @@ class Timeline:
 class KeyframeGate:
     """Keep a keyframe when the robot moved, turned, or enough time passed since the last —
     or, for images, when the view changed (someone walked in) while the robot stood still.
-    `view` is any array-like thumbnail with values in 0..1 (mean absolute difference)."""
+    `view` is any array-like thumbnail with values in 0..1 (mean absolute difference), or a
+    callable returning one (or None): called only when the thumbnail is needed — a frame kept,
+    or the view-change test — so a frame that the pose and the clock already decide costs no
+    image decode."""
 
     min_distance: float
     min_yaw: float
@@ -98,12 +101,15 @@ class KeyframeGate:
         elif pose is not None and self.last_pose is None:
             return self._take(t, pose, view)
         if (self.min_view_change > 0 and view is not None and self.last_view is not None
-                and t - self.last_t >= self.min_view_interval
-                and float(abs(view - self.last_view).mean()) >= self.min_view_change):
-            return self._take(t, pose, view)
+                and t - self.last_t >= self.min_view_interval):
+            view = view() if callable(view) else view
+            if (view is not None
+                    and float(abs(view - self.last_view).mean()) >= self.min_view_change):
+                return self._take(t, pose, view)
         return False
 
     def _take(self, t: float, pose: Pose | None, view: Any) -> bool:
+        view = view() if callable(view) else view
         self.last_t, self.last_pose = t, pose
         if view is not None:
             self.last_view = view

@@ -15,6 +15,7 @@ import argparse
 import importlib
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,17 +56,21 @@ class BagInfo:
         return (self.end_ns - self.start_ns) / 1e9
 
 
-def open_reader(path: Path) -> Any:
+def open_reader(path: Path | Sequence[Path]) -> Any:
+    """An opened rosbags reader of one bag, or of several read as one in time order."""
     from rosbags.highlevel import AnyReader
     from rosbags.typesys import Stores, get_typestore
 
-    if not path.exists():
-        raise ReplayError(f"bag {path} does not exist")
+    paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
+    for p in paths:
+        if not p.exists():
+            raise ReplayError(f"bag {p} does not exist")
     try:
-        reader = AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
+        reader = AnyReader(paths, default_typestore=get_typestore(Stores.ROS2_KILTED))
         reader.open()
     except Exception as exc:  # noqa: BLE001 - rosbags raises several types for bad bags
-        raise ReplayError(f"cannot read bag {path}: {exc}") from None
+        names = ", ".join(str(p) for p in paths)
+        raise ReplayError(f"cannot read bag {names}: {exc}") from None
     return reader
 
 
