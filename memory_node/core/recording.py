@@ -154,21 +154,28 @@ class PoseResolver:
                 cancelled: Callable[[], bool] = lambda: False) -> tuple[Pose | None, bool]:
         """(pose, whether a wait for TF ran out). `arrived` is the message's arrival on
         `clock`; `cancelled` ends a wait early (the clock jumped back)."""
-        deadline = arrived + self.wait_s
-        timed_out = False
         while True:
-            pose, may_come = self.source.tf_pose_exact(stamp)
-            if pose is not None:
-                return pose, False  # the common case: one lookup
-            if not may_come or not self._tf_expected() or cancelled():
-                break
-            if self.clock() >= deadline:
-                # Until another transform arrives, later messages take the fallback at once.
-                self._stalled_at = (self.source.last_tf_wall,)
-                timed_out = True
-                break
+            decided, pose, timed_out = self.try_resolve(stamp, arrived, cancelled)
+            if decided:
+                return pose, timed_out
             self.sleep(self.poll_s)
-        return self.source.pose_at(stamp), timed_out
+
+    def try_resolve(self, stamp: float, arrived: float,
+                    cancelled: Callable[[], bool] = lambda: False
+                    ) -> tuple[bool, Pose | None, bool]:
+        """One look, never waiting: (decided, pose, whether the wait ran out). Undecided
+        while a transform for the stamp may still come within `wait_s` of `arrived` — an
+        offline importer, whose clock is the bag's, asks again after feeding more TF."""
+        pose, may_come = self.source.tf_pose_exact(stamp)
+        if pose is not None:
+            return True, pose, False  # the common case: one lookup
+        if may_come and self._tf_expected() and not cancelled():
+            if self.clock() < arrived + self.wait_s:
+                return False, None, False
+            # Until another transform arrives, later messages take the fallback at once.
+            self._stalled_at = (self.source.last_tf_wall,)
+            return True, self.source.pose_at(stamp), True
+        return True, self.source.pose_at(stamp), False
 
     def _tf_expected(self) -> bool:
         source = self.source

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import math
 import os
-import threading
-import time
-from collections import deque
 from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from memory_node.core.config import MemoryConfig
-from memory_node.core.recording import TimeJumpDetector
-from memory_node.core.types import Pose
+from memory_node.core.pose_history import PoseHistory
 from memory_node.ros import params
-from memory_node.ros.geometry import normalize_angle, stamp_to_seconds, yaw_from_quaternion
-from memory_node.ros.tf_buffer import (
-    ExtrapolationError,
-    Transform,
-    TransformBuffer,
-    TransformError,
-)
-from memory_node.ros.tf_wire import TfEdgeFilter, TfWireError, WireTransform, parse_tf_message
 
 # Deep: when a busy process falls behind, DDS drops the oldest samples past this depth, and
 # lost /tf samples are gaps in the pose history.
@@ -89,65 +74,18 @@ def pose_tracker_from_params(node: Node, host: Node | None = None, **kwargs: Any
                        max_pose_age_s=p["max_pose_age_s"], **kwargs)
 
 
-# Odometry samples kept for looking a pose up at a message stamp (a few seconds at 50 Hz).
-ODOM_HISTORY = 500
 # The node name of the TF listener a process shares (see `start_tf_listener`).
 TF_LISTENER_NODE = "memory_tf_listener"
 
 
-class _Freshness:
-    """How old the newest sample of each source is, on the node clock.
-
-    A sample's age is `now - stamp - offset`, where `offset` is the smallest receipt-minus-stamp
-    delay seen lately: a listener that falls behind /tf shows as age (its samples arrive ever
-    later than stamped), while a publisher whose stamps run on another clock (a skewed RTC, a
-    simulator's header time) does not make every pose stale.
-    """
-
-    WINDOW_S = 30.0
-    JITTER_S = 1.0
-
-    def __init__(self) -> None:
-        # key -> [latest stamp, offset of this window, offset of the last window, window start]
-        self._seen: dict[str, list[float]] = {}
-
-    def seen(self, key: str, stamp: float, now: float) -> None:
-        if now <= 0.0:  # use_sim_time before the first /clock: a delay of -stamp, not one
-            return
-        entry = self._seen.get(key)
-        delay = now - stamp
-        if -self.JITTER_S < delay < 0.0:
-            # A transform stamped a moment ahead of our clock (a /clock that updates at 50 Hz
-            # under simulated time, NTP jitter) is on time, not a clock offset: taken as the
-            # minimum it would add its lead to every later age.
-            delay = 0.0
-        if entry is None or now < entry[3]:  # new source, or the clock jumped back
-            self._seen[key] = [stamp, delay, delay, now]
-            return
-        entry[0] = max(entry[0], stamp)
-        if now - entry[3] > self.WINDOW_S:
-            entry[1], entry[2], entry[3] = delay, entry[1], now
-        else:
-            entry[1] = min(entry[1], delay)
-
-    def age(self, key: str, now: float) -> float | None:
-        entry = self._seen.get(key)
-        if entry is None:
-            return None
-        return max(0.0, now - entry[0] - min(entry[1], entry[2]))
-
-    def clear(self) -> None:
-        self._seen.clear()
-
-
-class PoseTracker:
-    """The robot's world pose from TF (world ← base), with odometry as fallback.
+class PoseTracker(PoseHistory):
+    """The process's TF listener: core.pose_history.PoseHistory fed from /tf, /tf_static and
+    (when `odom_topic` is given) odometry subscriptions on `node`, on the node clock.
 
     One per process (`start_tf_listener`), shared by the recorder and the query server: each
-    /tf message is read once, from its bytes (`tf_wire`), and joint transforms below the base
-    frame are dropped before they cost anything. Always the package's own TF buffer — the one
-    TF path, tested here and used on robots alike. Odometry is kept as a short history so the
-    fallback pose is the one at a message's stamp, not whatever arrived last.
+    /tf message is read once, from its bytes (`tf_wire`, a raw subscription), and joint
+    transforms below the base frame are dropped before they cost anything. Always the
+    package's own TF buffer — the one TF path, tested here and used on robots alike.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
@@ -157,25 +95,10 @@ class PoseTracker:
         from nav_msgs.msg import Odometry
         from tf2_msgs.msg import TFMessage
 
+        super().__init__(world_frame, base_frame, tolerance_s, clock=lambda: node_now(node),
+                         cache_s=cache_s, max_gap_s=max_gap_s, max_pose_age_s=max_pose_age_s,
+                         keep_frames=keep_frames, logger=node.get_logger())
         self.node = node
-        self.world_frame, self.base_frame = world_frame, base_frame
-        self.tolerance_s = tolerance_s
-        self.max_pose_age_s = max_pose_age_s
-        self.buffer = TransformBuffer(cache_s)
-        self.buffer.max_gap_s = max_gap_s
-        self.edge_filter = TfEdgeFilter(base_frame, keep_frames)
-        self.last_tf_wall: float | None = None  # monotonic time of the last /tf message
-        self.first_tf_wall: float | None = None  # ... and of the first
-        self.tf_messages = 0  # /tf messages read
-        self.tf_edges = 0  # transforms stored (after the filter)
-        self.tf_malformed = 0
-        self.latest_tf_stamp: float | None = None  # newest stamp on /tf (its timeline)
-        self._fresh = _Freshness()
-        self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
-        self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
-        self.odom_max_gap_s = max_gap_s
-        self._odom_jump = TimeJumpDetector()
-        self._lock = threading.Lock()
         # raw=True: the callback gets the CDR bytes, read by tf_wire (no message objects).
         node.create_subscription(TFMessage, "/tf", self.on_tf, TF_QOS,
                                  callback_group=callback_group, raw=True)
@@ -184,162 +107,3 @@ class PoseTracker:
         if odom_topic:
             node.create_subscription(Odometry, odom_topic, self.on_odom, 20,
                                      callback_group=callback_group)
-
-    def _read(self, data: bytes, is_static: bool) -> list[WireTransform]:
-        try:
-            return parse_tf_message(data, None if is_static else self.edge_filter)
-        except TfWireError as exc:
-            self.tf_malformed += 1
-            if self.tf_malformed == 1:
-                self.node.get_logger().warning(f"ignoring a malformed TF message: {exc}")
-            return []
-
-    def on_tf(self, data: bytes) -> None:
-        """A serialized /tf message (a raw subscription's callback)."""
-        self.last_tf_wall = time.monotonic()
-        if self.first_tf_wall is None:
-            self.first_tf_wall = self.last_tf_wall
-        now = node_now(self.node)
-        if self.buffer.on_time(now):
-            self._fresh.clear()
-            self.latest_tf_stamp = None
-            # A new timeline starts now: its first messages wait for its TF again, rather than
-            # taking "TF has flowed for tf_wait_s without a map" from the last timeline and
-            # falling back to odometry's own frame at once.
-            self.first_tf_wall = self.last_tf_wall
-            self.node.get_logger().warning("time jumped back: TF buffer cleared")
-        self.tf_messages += 1
-        for e in self._read(data, False):
-            if self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
-                                    "tf", False):
-                self.tf_edges += 1
-                self._fresh.seen(e.child, e.stamp, now)
-                if self.latest_tf_stamp is None or e.stamp > self.latest_tf_stamp:
-                    self.latest_tf_stamp = e.stamp
-
-    def on_tf_static(self, data: bytes) -> None:
-        for e in self._read(data, True):
-            self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
-                                 "tf_static", True)
-
-    def tf_stats(self) -> dict[str, int]:
-        return {"tf_messages": self.tf_messages, "tf_edges": self.tf_edges,
-                "tf_filtered": self.edge_filter.dropped, "tf_malformed": self.tf_malformed}
-
-    def on_odom(self, msg: Any, stamp_s: float | None = None) -> None:
-        """Add an odometry sample, at `stamp_s` when given (an unstamped message's arrival),
-        else at its header stamp."""
-        p, q = msg.pose.pose.position, msg.pose.pose.orientation
-        t = stamp_to_seconds(msg.header.stamp) if stamp_s is None else stamp_s
-        pose = Pose(p.x, p.y, p.z, yaw_from_quaternion(q.x, q.y, q.z, q.w),
-                    msg.header.frame_id or "odom", "odom")
-        if not all(math.isfinite(v) for v in (t, pose.x, pose.y, pose.z, pose.yaw)):
-            return  # a NaN pose would poison every fallback after it
-        with self._lock:
-            if self._odom_jump.jumped_back(t):  # a looping bag: start over
-                self._odom.clear()
-                self._odom_t.clear()
-            elif self._odom_t and t < self._odom_t[-1]:
-                return  # out of order: keep the history sorted
-            self._odom.append(pose)
-            self._odom_t.append(t)
-        self._fresh.seen("odom", t, node_now(self.node))
-
-    def odom_at(self, stamp_s: float | None) -> Pose | None:
-        """Odometry (in its own frame) at the stamp: interpolated between the samples around
-        it; the latest (oldest) for a stamp newer (older) than all of them by no more than the
-        tolerance; None beyond that, where the history says nothing about the stamp (odometry
-        stopped, or the stamp is from before a time jump). None given: the latest."""
-        with self._lock:
-            if not self._odom:
-                return None
-            if stamp_s is None:
-                return self._odom[-1]
-            if stamp_s >= self._odom_t[-1]:
-                return self._odom[-1] if stamp_s - self._odom_t[-1] <= self.tolerance_s else None
-            i = bisect.bisect_left(self._odom_t, stamp_s)
-            if i == 0:
-                return self._odom[0] if self._odom_t[0] - stamp_s <= self.tolerance_s else None
-            t0, t1, a, b = self._odom_t[i - 1], self._odom_t[i], self._odom[i - 1], self._odom[i]
-        if a.frame != b.frame or (self.odom_max_gap_s is not None
-                                  and t1 - t0 > self.odom_max_gap_s):
-            return a if stamp_s - t0 <= t1 - stamp_s else b  # no pose invented across a gap
-        r = (stamp_s - t0) / (t1 - t0) if t1 > t0 else 0.0
-        dyaw = normalize_angle(b.yaw - a.yaw)
-        return Pose(a.x + r * (b.x - a.x), a.y + r * (b.y - a.y), a.z + r * (b.z - a.z),
-                    normalize_angle(a.yaw + r * dyaw), a.frame, "odom")
-
-    def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
-        """Odometry at the stamp in the world frame, through world ← odom at that stamp (the
-        latest one when TF has none there). A robot whose TF has no world ← odom at all (no
-        map) gets odometry in its own frame, labelled so. Source "odom" either way."""
-        odom = self.odom_at(stamp_s)
-        if odom is None:
-            return None
-        world_odom = None
-        for stamp, tol in ((stamp_s, self.tolerance_s), (0.0, 0.0)):
-            if stamp is None:
-                continue
-            try:
-                world_odom = self.buffer.lookup(self.world_frame, odom.frame, stamp, tol)
-                break
-            except TransformError:
-                continue
-        if world_odom is None:
-            return odom
-        p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
-        return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
-
-    def tf_pose_at(self, stamp_s: float | None) -> Pose | None:
-        """TF world ← base at the stamp (within the tolerance), or None."""
-        try:
-            tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s or 0.0,
-                                    self.tolerance_s)
-        except TransformError:
-            return None
-        return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf")
-
-    def tf_pose_exact(self, stamp_s: float) -> tuple[Pose | None, bool]:
-        """TF world ← base exactly at the stamp (interpolated, never clamped), and whether a
-        transform for it may still come: not when the stamp lies before the data an edge holds
-        or in a gap of it, which later /tf messages do not fill (a message that came before
-        the first transform, lost /tf samples)."""
-        try:
-            tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s, 0.0)
-        except ExtrapolationError as exc:
-            return None, exc.direction not in ("past", "gap")
-        except TransformError:
-            return None, True
-        return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf"), True
-
-    def has_world_pose(self) -> bool:
-        """Whether TF links the world frame to the base frame at all (at its latest time)."""
-        return self.tf_pose_at(None) is not None
-
-    def pose_at(self, stamp_s: float | None) -> Pose | None:
-        """TF at the stamp (within the tolerance) → odometry at the stamp → None."""
-        return self.tf_pose_at(stamp_s) or self.odom_pose_at(stamp_s)
-
-    def current_pose(self) -> Pose | None:
-        """The pose at the node clock's now: TF at its latest time, else the latest odometry;
-        with `age_s`, the age of the newest sample it used, and `stale` past max_pose_age_s."""
-        now = node_now(self.node)
-        pose = self.tf_pose_at(None)
-        keys = self._tf_chain() if pose is not None else ["odom"]
-        if pose is None:
-            pose = self.odom_pose_at(None)
-            if pose is None:
-                return None
-        ages = [a for a in (self._fresh.age(k, now) for k in keys) if a is not None]
-        age = max(ages, default=0.0)  # a static-only chain is always current
-        return dataclasses.replace(pose, age_s=age, stale=age > self.max_pose_age_s)
-
-    def _tf_chain(self) -> list[str]:
-        """The frames from the base frame up towards the world frame (each an edge's child)."""
-        parents = self.buffer.frames()
-        chain: list[str] = []
-        frame = self.base_frame
-        while frame != self.world_frame and frame in parents and len(chain) < 64:
-            chain.append(frame)
-            frame = parents[frame]
-        return chain

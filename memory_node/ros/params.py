@@ -19,51 +19,11 @@ from rclpy.node import Node
 
 from memory_node.core.config import ConfigError, MemoryConfig, coerce_value
 
+# The recorder's and the pose tables live in core (an offline importer reads them too).
+from memory_node.core.recorder_settings import POSE_PARAMS, RECORDER_CHOICES, RECORDER_PARAMS
+
 # Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
 ENGINE_UNSET = {"memory_dir": "", "onnx_threads": 0}
-
-# The robot's pose: both nodes declare these (config files keep them under `/**`); the one TF
-# listener of a process reads them.
-POSE_PARAMS: dict[str, tuple[Any, str]] = {
-    "world_frame": ("map", "frame poses are given in"),
-    "base_frame": ("base_link", "the robot's body frame"),
-    "odom_topic": ("/odom", "nav_msgs/Odometry: recorded, and the pose fallback"),
-    "tf_tolerance_s": (0.5, "TF within this of a stamp answers for it (s)"),
-    "tf_cache_s": (60.0, "TF history kept, for a recorder that is behind (s)"),
-    "tf_max_gap_s": (1.0, "TF samples further apart than this are a gap, never interpolated"),
-    "max_pose_age_s": (0.5, "a pose for 'now' older than this is marked stale (s)"),
-}
-
-RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
-    "camera_topic": ("/camera/image_raw", "sensor_msgs/Image"),
-    "compressed_topic": ("/camera/image_raw/compressed", "sensor_msgs/CompressedImage"),
-    "use_compressed": (False, "read compressed_topic instead of camera_topic"),
-    "lidar_topic": ("/lidar/points", "sensor_msgs/PointCloud2"),
-    "min_distance": (0.5, "keep a keyframe after moving this far (m)"),
-    "min_yaw": (0.5, "... or turning this much (rad)"),
-    "max_interval": (10.0, "... or after this long (s)"),
-    "min_view_change": (0.06, "camera: keep a frame whose view changed this much (0..1)"),
-    "min_view_interval": (1.0, "camera: at most one view-change frame per this long (s)"),
-    "lidar_voxel": (0.1, "point cloud voxel size (m)"),
-    "queue_size": (16, "keyframes waiting for the worker"),
-    "pending_size": (256, "messages waiting for their pose and the gate"),
-    "batch_size": (4, "camera frames embedded per call"),
-    "sensor_reliability": ("best_effort", "best_effort or reliable"),
-    "stats_period_s": (5.0, "how often /memory/recorder_stats is published (s)"),
-    "tf_wait_s": (2.0, "how long a message waits for a late transform (wall s)"),
-    "stamp_source": ("auto", "header, receipt, or auto (header unless far from the node clock)"),
-    "stamp_max_offset_s": (60.0, "auto: header stamps further than this from the clock are "
-                           "replaced by the receipt time (s)"),
-    "topic_timeout_s": (10.0, "warn when a configured topic is silent this long (s)"),
-    "camera_frame": ("", "camera frame for a keyframe's view, looked up in TF ('' = the "
-                     "image header's frame_id; named, it is kept on a dynamic joint)"),
-    "camera_hfov_deg": (90.0, "camera horizontal field of view (deg); 0 records no views"),
-    "camera_mount_x": (0.0, "camera in base_frame when TF has no camera frame: x (m)"),
-    "camera_mount_y": (0.0, "... y (m)"),
-    "camera_mount_yaw": (0.0, "... heading (rad)"),
-    "view_max_range": (6.0, "how far a keyframe's view reaches without a lidar scan (m)"),
-    "view_lidar_max_age_s": (0.5, "a lidar keyframe this close in time sets the view's range"),
-}
 
 SERVER_PARAMS: dict[str, tuple[Any, str]] = {
     "autostart": (True, "configure and activate at start (memory-server)"),
@@ -77,11 +37,7 @@ SERVER_PARAMS: dict[str, tuple[Any, str]] = {
     "answer_resend_s": (10.0, "how long an answer is re-sent to a client not discovered yet"),
 }
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "sensor_reliability": ("best_effort", "reliable"),
-    "stamp_source": ("header", "receipt", "auto"),
-    "backend": ("local", "fleet"),
-}
+CHOICES: dict[str, tuple[str, ...]] = {**RECORDER_CHOICES, "backend": ("local", "fleet")}
 
 # Parameters every ROS 2 node has.
 ROS_PARAMS = {"use_sim_time", "start_type_description_service"}

@@ -8,12 +8,15 @@ and counted):
    else none — and keeps a keyframe when that pose moved or turned enough, so the spacing of
    stored keyframes is the spacing of their stored poses, however late TF runs;
 3. the worker decodes, describes, embeds and writes the keyframes.
+
+The policy of each stage (stamps, poses, gates, storage) is core.recorder.RecorderPolicy,
+which an offline importer drives too; this node adds subscriptions, queues, threads, the
+topic watchdog and the stats topic.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import queue
 import sys
 import threading
@@ -22,17 +25,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from memory_node.core.engine import CameraFrame, MemoryEngine
-from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
-from memory_node.core.types import Pose, View
-from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
+from memory_node.core.engine import MemoryEngine
+from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.ros import params
 from memory_node.ros.common import (
     PoseTracker,
@@ -41,53 +41,7 @@ from memory_node.ros.common import (
     node_now,
     pose_tracker_from_params,
 )
-from memory_node.ros.geometry import stamp_to_seconds
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
-
-STREAMS = ("camera", "lidar", "odom")
-
-
-@dataclass
-class StreamCounters:
-    received: int = 0
-    kept: int = 0
-    skipped: int = 0
-    dropped: int = 0
-    failed: int = 0
-    stored: int = 0
-    no_pose: int = 0
-    tf_timeouts: int = 0  # messages whose wait for TF ran out (they took the fallback)
-
-
-def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
-    """A 32x24 grey thumbnail (0..1) of an image message, for the view-change gate."""
-    import cv2
-
-    from memory_node.ros.image_codec import image_to_bgr
-
-    try:
-        if kind == "compressed":
-            grey = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8),
-                                cv2.IMREAD_REDUCED_GRAYSCALE_4)
-            if grey is None:
-                return None
-        else:
-            grey = cv2.cvtColor(image_to_bgr(msg), cv2.COLOR_BGR2GRAY)
-        return cv2.resize(grey, (32, 24), interpolation=cv2.INTER_AREA).astype(np.float32) / 255
-    except (ValueError, cv2.error):
-        return None  # the worker reports undecodable frames
-
-
-@dataclass
-class Job:
-    stream: str
-    t: float
-    msg: Any
-    kind: str = ""
-    enqueued: float = field(default_factory=time.monotonic)
-    pose: Pose | None = None
-    epoch: int = 0  # time jumps back seen before the message arrived
-    lookup_t: float = 0.0  # the stamp TF and odometry are looked up at (see _stamp)
 
 
 def _type_name(msg_type: Any) -> str:
@@ -121,28 +75,14 @@ class MemoryRecorder(Node):
         declare_engine_params(self)
         params.warn_unknown(self)
         self.settings = cfg
-        self.counters = {s: StreamCounters() for s in STREAMS}
-        self.gates = {s: KeyframeGate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
-                      for s in STREAMS}
-        self.gates["camera"].min_view_change = cfg["min_view_change"]
-        self.gates["camera"].min_view_interval = cfg["min_view_interval"]
         self._own_engine = engine is None
         if engine is None:
             engine = MemoryEngine(engine_config_from_params(self),
                                   clock=lambda: node_now(self))
         self.engine = engine
-        self.voxel = cfg["lidar_voxel"]
-        self.batch_size = max(1, cfg["batch_size"])
-        self.tf_wait_s = cfg["tf_wait_s"]
-        self.stamp_source = cfg["stamp_source"]
-        self.stamp_max_offset_s = cfg["stamp_max_offset_s"]
         self.topic_timeout_s = cfg["topic_timeout_s"]
         self._pending: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, cfg["pending_size"]))
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max(1, cfg["queue_size"]))
-        self._lock = threading.Lock()
-        self.timeline = Timeline()  # epochs of the node clock: a looping bag starts a new one
-        self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
-        self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
         cb = MutuallyExclusiveCallbackGroup()
         # TF in a group of its own: a burst of image callbacks must not hold up /tf. The
         # recorder feeds odometry to the tracker itself (it subscribes to it anyway).
@@ -150,13 +90,15 @@ class MemoryRecorder(Node):
         self.poses = poses or pose_tracker_from_params(
             self, odom_topic=None, callback_group=MutuallyExclusiveCallbackGroup(),
             keep_frames=keep)
-        # The newest lidar keyframe in world coordinates (t, xy): the range of camera views.
-        self._last_scan: tuple[float, np.ndarray] | None = None
+        self.policy = RecorderPolicy(cfg, engine, self.poses, clock=lambda: node_now(self),
+                                     logger=self.get_logger())
+        self.counters = self.policy.counters
+        self.batch_size = self.policy.batch_size
+        self.stamp_source = self.policy.stamp_source
         try:
             self.engine.mark_recording_clock(bool(self.get_parameter("use_sim_time").value))
         except Exception as exc:  # noqa: BLE001 - only compaction's clock depends on it
             self.get_logger().warning(f"could not mark the recording clock: {exc}")
-        self.resolver = PoseResolver(self.poses, self.tf_wait_s)
         reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         sensor_qos = QoSProfile(depth=10, reliability=reliability)
@@ -197,82 +139,23 @@ class MemoryRecorder(Node):
                                f"(stamps: {self.stamp_source})")
 
     def _count(self, stream: str, counter: str, n: int = 1) -> None:
-        """Counters more than one thread adds to (drops, failures) change under the lock."""
-        with self._lock:
-            c = self.counters[stream]
-            setattr(c, counter, getattr(c, counter) + n)
+        self.policy.count(stream, counter, n)
 
     # ---- callbacks (cheap) -------------------------------------------------------------------
-    def _check_time(self) -> float:
-        """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
-        message stamps: messages of different topics may arrive out of order."""
-        now = node_now(self)
-        if self.timeline.observe(now) and self.timeline.jumped_from is not None:
-            self.get_logger().warning(
-                f"time jumped back by {self.timeline.jumped_from - now:.1f} s: keyframe gates "
-                "reset")
-            for gate in self.gates.values():
-                gate.reset()
-        return now
-
-    def _stamp(self, stream: str, msg: Any) -> tuple[float, float]:
-        """(the time to store, the time to look TF and odometry up at).
-
-        Stored: the header stamp (`stamp_source: header`), the node clock on arrival
-        (`receipt`), or by default the header stamp unless it is further than
-        `stamp_max_offset_s` from the node clock — a simulator's header time beside a wall
-        /clock, a robot with a wrong RTC — then the arrival time, said once per stream, so
-        observations, notes and "seconds ago" share one clock. Poses are looked up on the
-        timeline TF runs on, which is the headers' as long as TF's stamps are near them.
-        A driver that leaves the stamp zero gets the arrival time for both (said once).
-        """
-        header = stamp_to_seconds(msg.header.stamp)
-        now = node_now(self)
-        if header <= 0.0:
-            if stream not in self._unstamped:
-                self._unstamped.add(stream)
-                self.get_logger().warning(f"{stream} messages carry no stamp (zero): stamped "
-                                          "with the node clock on arrival")
-            return now, now
-        lookup = header
-        latest_tf = self.poses.latest_tf_stamp
-        if latest_tf is not None and abs(header - latest_tf) > self.stamp_max_offset_s:
-            lookup = now  # TF runs on the node clock, these headers on another
-        if self.stamp_source == "header":
-            return header, lookup
-        offset = header - now
-        if self.stamp_source == "auto" and abs(offset) <= self.stamp_max_offset_s:
-            return header, lookup
-        if stream not in self._restamped:
-            self._restamped.add(stream)
-            why = ("stamp_source is receipt" if self.stamp_source == "receipt" else
-                   f"its header stamps are {offset:+.1f} s from the node clock (more than "
-                   f"stamp_max_offset_s = {self.stamp_max_offset_s:g})")
-            self.get_logger().warning(
-                f"{stream}: storing arrival times on the node clock, since {why}; notes and "
-                "'seconds ago' use that clock too (set stamp_source: header to keep them)")
-        return now, lookup
-
     def _on_odom(self, msg: Any) -> None:
-        t, lookup = self._stamp("odom", msg)
-        self.poses.on_odom(msg, lookup)
-        self._on_sensor("odom", msg, stamps=(t, lookup))
+        self._enqueue(self.policy.receive_odom(msg))
 
-    def _on_sensor(self, stream: str, msg: Any, kind: str = "",
-                   stamps: tuple[float, float] | None = None) -> None:
-        c = self.counters[stream]
-        c.received += 1
-        watch = self.watches.get(stream)
+    def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
+        self._enqueue(self.policy.receive(stream, msg, kind))
+
+    def _enqueue(self, job: Job) -> None:
+        watch = self.watches.get(job.stream)
         if watch is not None:
             watch.last, watch.heard = time.monotonic(), True
-        t, lookup = stamps or self._stamp(stream, msg)
-        with self._lock:
-            now = self._check_time()
-            epoch = self.timeline.epoch_of(t, now)
         try:
-            self._pending.put_nowait(Job(stream, t, msg, kind, epoch=epoch, lookup_t=lookup))
+            self._pending.put_nowait(job)
         except queue.Full:
-            self._count(stream, "dropped")
+            self._count(job.stream, "dropped")
 
     # ---- watchdog ---------------------------------------------------------------------------
     def _watch_topics(self) -> None:
@@ -346,55 +229,17 @@ class MemoryRecorder(Node):
     def _gate_loop(self) -> None:
         for job in self._jobs(self._pending):
             try:
-                self._gate(job)
+                if self.policy.gate(job):
+                    try:
+                        self._queue.put_nowait(job)
+                    except queue.Full:
+                        self.policy.unkeep(job)
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
                 self._count(job.stream, "failed")
                 self.get_logger().warning(f"{job.stream} message at {job.t:.3f} not gated: {exc}")
 
-    def _gate(self, job: Job) -> None:
-        c = self.counters[job.stream]
-        gate = self.gates[job.stream]
-        job.pose = self._resolve_pose(job)
-        if self._before_time_jump(job):
-            # TF and odometry from before the jump are gone (or replaced by the new timeline's):
-            # no pose can be told for it any more, and a guessed one would be wrong.
-            self._count(job.stream, "dropped")
-            self.get_logger().debug(f"{job.stream} message at {job.t:.3f} dropped: it arrived "
-                                    "before the clock jumped back")
-            return
-        if job.pose is None:
-            c.no_pose += 1
-        view = (view_thumbnail(job.msg, job.kind)
-                if job.stream == "camera" and gate.min_view_change else None)
-        with self._lock:
-            admitted = gate.admit(job.t, job.pose, view)
-        if not admitted:
-            c.skipped += 1
-            return
-        try:
-            self._queue.put_nowait(job)
-            c.kept += 1
-        except queue.Full:
-            self._count(job.stream, "dropped")
-
-    def _resolve_pose(self, job: Job) -> Pose | None:
-        """The pose to store (core.recording.PoseResolver): TF exactly at the lookup stamp,
-        waiting briefly for a late transform; else TF within the tolerance; else odometry at
-        the stamp; else None."""
-        pose, timed_out = self.resolver.resolve(job.lookup_t, job.enqueued,
-                                                lambda: self._before_time_jump(job))
-        if timed_out:
-            self._count(job.stream, "tf_timeouts")
-        return pose
-
-    def _before_time_jump(self, job: Job) -> bool:
-        return job.epoch != self.timeline.epoch
-
     # ---- worker -----------------------------------------------------------------------------
     def _work(self) -> None:
-        from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
-        from memory_node.ros.pointcloud import read_xyz, voxel_downsample
-
         for job in self._jobs(self._queue):
             jobs = [job]
             if job.stream == "camera":  # batch frames already waiting: one embed call
@@ -407,74 +252,7 @@ class MemoryRecorder(Node):
                         self._stop.set()
                         break
                     jobs.append(nxt)
-            frames: list[CameraFrame] = []
-            for j in jobs:
-                try:
-                    if j.stream == "camera":
-                        img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
-                               else image_to_bgr(j.msg))
-                        frames.append(CameraFrame(j.t, j.pose, img, view=self._camera_view(j)))
-                    elif j.stream == "lidar":
-                        pts = voxel_downsample(read_xyz(j.msg), self.voxel)
-                        self._keep_scan(j, pts)
-                        self.engine.add_lidar_scan(j.t, j.pose, pts)
-                        self.counters["lidar"].stored += 1
-                    else:
-                        v = j.msg.twist.twist.linear
-                        speed = round(math.hypot(v.x, v.y), 3)
-                        self.engine.add_observation("odom", j.t, j.pose, {"speed": speed})
-                        self.counters["odom"].stored += 1
-                except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
-                    self._count(j.stream, "failed")
-                    self.get_logger().warning(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
-            if frames:
-                try:
-                    self.engine.add_camera_frames(frames)
-                    self.counters["camera"].stored += len(frames)
-                except Exception as exc:  # noqa: BLE001
-                    self._count("camera", "failed", len(frames))
-                    self.get_logger().warning(f"{len(frames)} camera frame(s) not stored: {exc}")
-
-    def _lookup(self, frame: str, stamp: float) -> Any:
-        from memory_node.ros.tf_buffer import TransformError
-
-        try:
-            return self.poses.buffer.lookup(self.poses.world_frame, frame, stamp,
-                                            self.poses.tolerance_s)
-        except TransformError:
-            return None
-
-    def _keep_scan(self, job: Job, pts: np.ndarray) -> None:
-        """The lidar keyframe's points in the world (above the floor), for view ranges."""
-        frame = getattr(job.msg.header, "frame_id", "")
-        tr = self._lookup(frame, job.lookup_t) if frame else None
-        if tr is None or len(pts) == 0:
-            return
-        world = tr.apply(np.asarray(pts, np.float64))
-        self._last_scan = (job.t, world[world[:, 2] > 0.05][:, :2])
-
-    def _camera_view(self, job: Job) -> View | None:
-        """What the keyframe covered: camera pose from TF (world <- camera frame) at the
-        stamp, else the base pose with the configured mount; range from a lidar keyframe
-        close in time, else view_max_range. None without any pose."""
-        cfg = self.settings
-        if cfg["camera_hfov_deg"] <= 0:
-            return None
-        frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
-        tr = self._lookup(frame, job.lookup_t) if frame else None
-        if tr is not None:
-            x, y, yaw = tr.x, tr.y, forward_yaw(tr.as_matrix()[:3, :3], is_optical(frame))
-        elif job.pose is not None:
-            x, y, yaw = mounted(job.pose, (cfg["camera_mount_x"], cfg["camera_mount_y"],
-                                           cfg["camera_mount_yaw"]))
-        else:
-            return None
-        scan = self._last_scan
-        pts = (scan[1] if scan is not None
-               and abs(scan[0] - job.t) <= cfg["view_lidar_max_age_s"] else None)
-        rng = view_range(pts, x, y, yaw, math.radians(cfg["camera_hfov_deg"]),
-                         cfg["view_max_range"])
-        return make_view(x, y, yaw, cfg["camera_hfov_deg"], rng)
+            self.policy.store(jobs)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

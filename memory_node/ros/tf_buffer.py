@@ -7,7 +7,10 @@ robot as in tests. It mirrors tf2's semantics where they matter:
 
 - edges are stored by child frame; /tf_static edges keep only the latest, /tf edges keep a
   time-sorted history pruned to `cache_time_s` behind that edge's newest sample;
-- a frame stays the kind (static or dynamic) it was first seen as, as in tf2;
+- per child frame the newest kind wins, as in tf2 (`BufferCore::setTransformImpl` replaces a
+  frame's cache when `is_static` changes): a driver's /tf odom → base_link replaces
+  robot_state_publisher's latched identity for the same frame, and the reverse; each change
+  is counted (`kind_changes`) and reported once per frame through `on_kind_change`;
 - lookup(target, source, t) walks both frames up to their common ancestor, interpolating each
   dynamic edge at t (linear translation, slerp rotation), and returns T_target_source: the
   pose of `source` in `target`, which maps points in `source` to `target`;
@@ -319,9 +322,19 @@ class TransformBuffer:
         self._parents: set[str] = set()
         self._jump = TimeJumpDetector(jump_threshold_s)
         self.rejected = 0
+        # rejections by reason: malformed, empty_frame, self_transform, non_finite,
+        # older_than_cache
+        self.rejections: dict[str, int] = {}
         # Refuse to interpolate between samples further apart than this (None: no limit).
         self.max_gap_s: float | None = None
         self.last_rejection: str | None = None
+        self.kind_changes = 0  # child frames that changed kind (static <-> dynamic)
+        # child frame -> (old kind, old parent, old authority, new kind, new parent, new
+        # authority) of its first change, for the one warning per frame
+        self.kind_changed: dict[str, tuple[str, str, str, str, str, str]] = {}
+        # called (outside the lock) with the frame and that tuple at a frame's first change
+        self.on_kind_change: Any = None
+        self._authority: dict[str, str] = {}  # child frame -> who last set it
 
     # -- feeding ------------------------------------------------------------------------
     def set_transform(self, ts: Any, authority: str = "", is_static: bool = False) -> bool:
@@ -336,7 +349,7 @@ class TransformBuffer:
                                  stamp_to_seconds(ts.header.stamp), (t.x, t.y, t.z),
                                  (r.x, r.y, r.z, r.w), authority, is_static)
         except (AttributeError, TypeError, ValueError) as exc:
-            return self._reject(f"malformed transform from '{authority}': {exc}")
+            return self._reject("malformed", f"malformed transform from '{authority}': {exc}")
 
     def set_edge(self, parent: str, child: str, stamp: float, translation: Any,
                  rotation: Any, authority: str = "", is_static: bool = False) -> bool:
@@ -345,39 +358,56 @@ class TransformBuffer:
         try:
             transform = Transform(translation, rotation)
         except (TypeError, ValueError) as exc:
-            return self._reject(f"malformed transform from '{authority}': {exc}")
+            return self._reject("malformed", f"malformed transform from '{authority}': {exc}")
         if not parent or not child:
-            return self._reject(f"empty frame id ('{parent}' -> '{child}') from '{authority}'")
+            return self._reject("empty_frame",
+                                f"empty frame id ('{parent}' -> '{child}') from '{authority}'")
         if parent == child:
-            return self._reject(f"self-transform of frame '{child}' from '{authority}'")
+            return self._reject("self_transform",
+                                f"self-transform of frame '{child}' from '{authority}'")
         if not np.all(np.isfinite(transform.translation)) or not math.isfinite(stamp):
-            return self._reject(f"non-finite transform '{parent}' -> '{child}'")
+            return self._reject("non_finite", f"non-finite transform '{parent}' -> '{child}'")
+        changed: tuple[str, str, str, str, str, str] | None = None
         with self._lock:
             if is_static:
                 if child in self._dynamic:
-                    return self._reject(
-                        f"static edge for '{child}' ignored: it is already a dynamic frame"
-                    )
+                    changed = self._change_kind(child, self._dynamic.pop(child).latest().parent,
+                                                "dynamic", parent, "static", authority)
                 self._static[child] = (parent, transform)
             else:
                 if child in self._static:
-                    return self._reject(
-                        f"dynamic edge for '{child}' ignored: it is already a static frame"
-                    )
+                    changed = self._change_kind(child, self._static.pop(child)[0], "static",
+                                                parent, "dynamic", authority)
                 edge = self._dynamic.get(child)
                 if edge is None:
                     edge = self._dynamic[child] = _DynamicEdge()
                 if not edge.insert(_Sample(stamp, parent, transform), self.cache_time_s):
                     return self._reject(
+                        "older_than_cache",
                         f"edge '{parent}' -> '{child}' at t={stamp:.3f} is older than the "
                         f"cache window (newest {edge.times[-1]:.3f}, {self.cache_time_s} s)"
                     )
+            self._authority[child] = authority
             self._parents.add(parent)
+        if changed is not None and self.on_kind_change is not None:
+            self.on_kind_change(child, changed)
         return True
 
-    def _reject(self, reason: str) -> bool:
+    def _change_kind(self, child: str, old_parent: str, old_kind: str, parent: str, kind: str,
+                     authority: str) -> tuple[str, str, str, str, str, str] | None:
+        """The frame's old edge is gone (popped by the caller); count the change. Returns the
+        change when it is the frame's first (to be reported), else None."""
+        self.kind_changes += 1
+        if child in self.kind_changed:
+            return None
+        change = (old_kind, old_parent, self._authority.get(child, ""), kind, parent, authority)
+        self.kind_changed[child] = change
+        return change
+
+    def _reject(self, key: str, reason: str) -> bool:
         with self._lock:
             self.rejected += 1
+            self.rejections[key] = self.rejections.get(key, 0) + 1
             self.last_rejection = reason
         return False
 

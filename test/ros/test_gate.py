@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from memory_node.core.recorder import view_thumbnail
 from memory_node.core.recording import KeyframeGate as Gate
 from memory_node.core.types import Pose
 from memory_node.ros.image_codec import bgr_to_image_msg
-from memory_node.ros.recorder import view_thumbnail
 
 
 def test_moved_turned_or_interval():

@@ -193,9 +193,9 @@ def test_tf_before_the_first_clock_does_not_make_poses_stale():
 def test_a_transform_stamped_just_ahead_of_the_clock_adds_no_age():
     """Under simulated time /clock updates at 50 Hz, so a /tf sample can be stamped a moment
     ahead of the node clock; that lead is not an offset to add to every later age."""
-    from memory_node.ros.common import _Freshness
+    from memory_node.core.pose_history import Freshness
 
-    fresh = _Freshness()
+    fresh = Freshness()
     t0 = 1000.0
     fresh.seen("base_link", t0, t0 - 0.2)  # stamped 0.2 s ahead of the clock
     for i in range(1, 40):  # then steady 20 Hz samples, each received when stamped

@@ -454,14 +454,13 @@ def test_old_data_is_rejected_until_time_jump_is_seen() -> None:
 
 
 # -- our buffer's own input checks -------------------------------------------------------
-def test_malformed_and_conflicting_edges_are_rejected() -> None:
+def test_malformed_edges_are_rejected_and_counted_by_reason() -> None:
     buf = TransformBuffer()
     ok = ts_from_matrix("map", "odom", MAP_ODOM, 1.0)
     assert buf.set_transform(ok, is_static=True)
     cases = [
         ts_from_matrix("", "a", MAP_ODOM, 1.0),
         ts_from_matrix("a", "a", MAP_ODOM, 1.0),
-        ts_from_matrix("map", "odom", MAP_ODOM, 2.0),  # dynamic for a static frame
     ]
     bad = ts_from_matrix("a", "b", MAP_ODOM, 1.0)
     bad.transform.translation.x = math.nan
@@ -473,8 +472,78 @@ def test_malformed_and_conflicting_edges_are_rejected() -> None:
     for ts in cases:
         assert not buf.set_transform(ts, authority="test")
     assert buf.rejected == len(cases)
+    assert buf.rejections == {"empty_frame": 1, "self_transform": 1, "non_finite": 1,
+                              "malformed": 1}
     assert buf.frames() == {"odom": "map"}
-    assert buf.set_transforms([ok, ts_from_matrix("odom", "base_link", MAP_ODOM, 1.0)]) == 1
+    assert buf.kind_changes == 0
+    assert buf.set_transforms([ok, ts_from_matrix("odom", "base_link", MAP_ODOM, 1.0)]) == 2
+
+
+# -- a frame changing kind: the newest wins, as in tf2 -----------------------------------
+def go2_statics(buf: TransformBuffer) -> None:
+    """go2_ros2_sdk's URDF: fixed joints map -> odom and odom -> base_link, latched as
+    identities on /tf_static by robot_state_publisher, before the driver publishes."""
+    ident = homogeneous(np.eye(3), (0.0, 0.0, 0.0))
+    buf.set_transform(ts_from_matrix("map", "odom", ident, 0.0), "robot_state_publisher", True)
+    buf.set_transform(ts_from_matrix("odom", "base_link", ident, 0.0), "robot_state_publisher",
+                      True)
+    buf.set_transform(ts_from_matrix("base_link", "Head_upper",
+                                     homogeneous(np.eye(3), (0.285, 0.0, 0.01)), 0.0),
+                      "robot_state_publisher", True)
+
+
+def test_the_drivers_dynamic_odometry_replaces_a_static_identity() -> None:
+    """Without SLAM: the driver's odom -> base_link on /tf replaces the URDF's latched
+    identity; map -> odom stays the static identity, so map poses are odometry's."""
+    changes = []
+    buf = TransformBuffer()
+    buf.on_kind_change = lambda frame, change: changes.append((frame, change))
+    go2_statics(buf)
+    for i in range(10):
+        assert buf.set_transform(ts_from_matrix("odom", "base_link", odom_base(T0 + 0.1 * i),
+                                                T0 + 0.1 * i), "go2_driver_node")
+    assert_pose(buf.lookup("map", "base_link", T0 + 0.5), odom_base(T0 + 0.5))
+    # the head, a static child of the now dynamic base, follows it
+    head = buf.lookup("map", "Head_upper", T0 + 0.5)
+    assert_pose(head, odom_base(T0 + 0.5) @ homogeneous(np.eye(3), (0.285, 0.0, 0.01)))
+    assert buf.rejected == 0 and buf.kind_changes == 1
+    assert changes == [("base_link", ("static", "odom", "robot_state_publisher", "dynamic",
+                                      "odom", "go2_driver_node"))]
+
+
+def test_slam_map_odom_replaces_the_static_identity_too() -> None:
+    """With slam_toolbox: map -> odom (50 Hz, drifting) on /tf replaces the identity as well,
+    and map poses compose both dynamic edges at the stamp."""
+    buf = TransformBuffer()
+    go2_statics(buf)
+    for i in range(60):
+        t = T0 + 0.02 * i
+        drift = homogeneous(rot_z(0.01 * i), (0.02 * i, -0.01 * i, 0.0))
+        buf.set_transform(ts_from_matrix("map", "odom", drift, t), "slam_toolbox")
+        if i % 3 == 0:
+            buf.set_transform(ts_from_matrix("odom", "base_link", odom_base(t), t), "driver")
+    t = T0 + 0.6
+    expected = homogeneous(rot_z(0.3), (0.6, -0.3, 0.0)) @ odom_base(t)
+    assert_pose(buf.lookup("map", "base_link", t), expected)
+    assert buf.kind_changes == 2 and buf.rejected == 0
+    assert set(buf.kind_changed) == {"odom", "base_link"}
+
+
+def test_a_late_static_replaces_the_dynamic_frame_until_the_next_dynamic_sample() -> None:
+    """A latched /tf_static arriving after the driver started (a late subscriber) wins for
+    its frame, as in tf2, and the next dynamic sample wins back; each change is counted, the
+    report is made once per frame."""
+    changes = []
+    buf = TransformBuffer()
+    buf.on_kind_change = lambda frame, change: changes.append(frame)
+    buf.set_transform(ts_from_matrix("odom", "base_link", odom_base(T0), T0), "driver")
+    ident = homogeneous(np.eye(3), (0.0, 0.0, 0.0))
+    buf.set_transform(ts_from_matrix("odom", "base_link", ident, 0.0), "rsp", True)
+    assert_pose(buf.lookup("odom", "base_link", T0), ident)
+    buf.set_transform(ts_from_matrix("odom", "base_link", odom_base(T0 + 0.1), T0 + 0.1),
+                      "driver")
+    assert_pose(buf.lookup("odom", "base_link", T0 + 0.1), odom_base(T0 + 0.1))
+    assert buf.kind_changes == 2 and changes == ["base_link"]
 
 
 def test_leading_slash_and_loops() -> None:

@@ -1,0 +1,412 @@
+"""The recorder's policy without ROS: what happens between "a message arrived" and "rows in
+the store".
+
+`RecorderPolicy` stamps each message (header, receipt or auto; zero stamps take the arrival
+time), resolves its pose (TF world ← base at the stamp, waiting up to `tf_wait_s` for a late
+transform, else odometry at the stamp, else none), runs the keyframe gate, and stores the
+keyframes (camera frames with their view, lidar scans, odometry) through the engine. Messages
+are duck-typed: rclpy's and a bag reader's deserialized messages have the same fields.
+
+Two ways to drive it, one policy:
+- the ROS node (ros/recorder.py) keeps subscriptions, queues and threads and calls the three
+  stages `receive` / `receive_odom` (callback), `gate` (gate thread, may wait for TF) and
+  `store` (worker);
+- offline (a bag importer): `RecorderPolicy.offline(settings, engine)` on a manual clock, then
+  `on_tf(...)`, `on_odom(msg, arrived_s)`, `on_message(stream, msg, arrived_s)` in the bag's
+  order and `flush()` at the end. A message waits for its TF until the bag's time passes its
+  arrival + `tf_wait_s` — the node's wait, on the bag's clock instead of the wall's.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memory_node.core.ingest import CameraFrame
+from memory_node.core.pose_history import Logger, PoseHistory, default_logger
+from memory_node.core.recorder_settings import recorder_settings
+from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
+from memory_node.core.types import Pose, View
+from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
+from memory_node.ros.geometry import stamp_to_seconds
+
+STREAMS = ("camera", "lidar", "odom")
+
+
+@dataclass
+class StreamCounters:
+    received: int = 0
+    kept: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    failed: int = 0
+    stored: int = 0
+    no_pose: int = 0
+    tf_timeouts: int = 0  # messages whose wait for TF ran out (they took the fallback)
+
+
+def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
+    """A 32x24 grey thumbnail (0..1) of an image message, for the view-change gate."""
+    import cv2
+
+    from memory_node.ros.image_codec import image_to_bgr
+
+    try:
+        if kind == "compressed":
+            grey = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8),
+                                cv2.IMREAD_REDUCED_GRAYSCALE_4)
+            if grey is None:
+                return None
+        else:
+            grey = cv2.cvtColor(image_to_bgr(msg), cv2.COLOR_BGR2GRAY)
+        return cv2.resize(grey, (32, 24), interpolation=cv2.INTER_AREA).astype(np.float32) / 255
+    except (ValueError, cv2.error):
+        return None  # storing reports undecodable frames
+
+
+@dataclass
+class Job:
+    """One received message on its way through the stages."""
+
+    stream: str
+    t: float  # the time stored
+    msg: Any
+    kind: str = ""  # camera: "raw" (Image) or "compressed" (CompressedImage)
+    enqueued: float = 0.0  # arrival on the wall clock (bounds the wait for TF)
+    pose: Pose | None = None
+    epoch: int = 0  # time jumps back seen before the message arrived
+    lookup_t: float = 0.0  # the stamp TF and odometry are looked up at (see `stamp`)
+
+
+def _settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorder and pose keys of `settings` over their defaults (other keys, such as the
+    engine's from the same file, are not the policy's)."""
+    known = recorder_settings()
+    return recorder_settings({k: v for k, v in settings.items() if k in known})
+
+
+class ManualClock:
+    """A clock set by its owner (an importer sets it to each message's bag time)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def set(self, now: float) -> None:
+        self.now = float(now)
+
+
+class RecorderPolicy:
+    """The recorder between arrival and storage (see the module docstring).
+
+    `settings`: the recorder and pose parameters (core.recorder_settings; missing keys take
+    their defaults). `engine`: anything with `add_camera_frames`, `add_lidar_scan` and
+    `add_observation` (core.engine.MemoryEngine). `poses`: the pose history the node's TF
+    listener feeds; its `wall` bounds waits for TF. `clock`: the node clock (default the
+    pose history's).
+    """
+
+    def __init__(self, settings: Mapping[str, Any], engine: Any, poses: PoseHistory, *,
+                 clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, logger: Logger | None = None):
+        cfg = _settings(settings)
+        self.settings = cfg
+        self.engine = engine
+        self.poses = poses
+        self.clock = clock or poses.clock
+        self.wall = poses.wall
+        self.log = logger or default_logger("memory_node.recorder")
+        self.counters = {s: StreamCounters() for s in STREAMS}
+        self.gates = {s: KeyframeGate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
+                      for s in STREAMS}
+        self.gates["camera"].min_view_change = cfg["min_view_change"]
+        self.gates["camera"].min_view_interval = cfg["min_view_interval"]
+        self.voxel = cfg["lidar_voxel"]
+        self.batch_size = max(1, cfg["batch_size"])
+        self.tf_wait_s = cfg["tf_wait_s"]
+        self.stamp_source = cfg["stamp_source"]
+        self.stamp_max_offset_s = cfg["stamp_max_offset_s"]
+        self.lock = threading.Lock()
+        self.timeline = Timeline()  # epochs of the node clock: a looping bag starts a new one
+        self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
+        self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
+        # The newest lidar keyframe in world coordinates (t, xy): the range of camera views.
+        self._last_scan: tuple[float, np.ndarray] | None = None
+        self.resolver = PoseResolver(poses, self.tf_wait_s, clock=self.wall, sleep=sleep)
+        # offline driving (on_message / flush): messages waiting for their pose, in order
+        self._waiting: deque[Job] = deque()
+        self.manual_clock: ManualClock | None = None
+
+    @classmethod
+    def offline(cls, settings: Mapping[str, Any], engine: Any,
+                logger: Logger | None = None) -> RecorderPolicy:
+        """A policy and its pose history on one manual clock that `on_*`'s `arrived_s` sets
+        (a bag's receive times): node clock and wait clock are both the bag's."""
+        cfg = _settings(settings)
+        clock = ManualClock()
+        keep = (cfg["camera_frame"],) if cfg["camera_frame"] else ()
+        poses = PoseHistory(cfg["world_frame"], cfg["base_frame"], cfg["tf_tolerance_s"],
+                            clock=clock, wall=clock, cache_s=cfg["tf_cache_s"],
+                            max_gap_s=cfg["tf_max_gap_s"], max_pose_age_s=cfg["max_pose_age_s"],
+                            keep_frames=keep, logger=logger)
+        policy = cls(cfg, engine, poses, sleep=lambda _s: None, logger=logger)
+        policy.manual_clock = clock
+        return policy
+
+    def count(self, stream: str, counter: str, n: int = 1) -> None:
+        """Counters more than one thread adds to (drops, failures) change under the lock."""
+        with self.lock:
+            c = self.counters[stream]
+            setattr(c, counter, getattr(c, counter) + n)
+
+    # ---- stage 1: arrival (cheap) -----------------------------------------------------------
+    def check_time(self) -> float:
+        """Reset the gates when the node clock jumps back (a looping bag). The node clock, not
+        message stamps: messages of different topics may arrive out of order."""
+        now = self.clock()
+        if self.timeline.observe(now) and self.timeline.jumped_from is not None:
+            self.log.warning(f"time jumped back by {self.timeline.jumped_from - now:.1f} s: "
+                             "keyframe gates reset")
+            for gate in self.gates.values():
+                gate.reset()
+        return now
+
+    def stamp(self, stream: str, msg: Any) -> tuple[float, float]:
+        """(the time to store, the time to look TF and odometry up at).
+
+        Stored: the header stamp (`stamp_source: header`), the node clock on arrival
+        (`receipt`), or by default the header stamp unless it is further than
+        `stamp_max_offset_s` from the node clock — a simulator's header time beside a wall
+        /clock, a robot with a wrong RTC — then the arrival time, said once per stream, so
+        observations, notes and "seconds ago" share one clock. Poses are looked up on the
+        timeline TF runs on, which is the headers' as long as TF's stamps are near them.
+        A driver that leaves the stamp zero gets the arrival time for both (said once).
+        """
+        header = stamp_to_seconds(msg.header.stamp)
+        now = self.clock()
+        if header <= 0.0:
+            if stream not in self._unstamped:
+                self._unstamped.add(stream)
+                self.log.warning(f"{stream} messages carry no stamp (zero): stamped with the "
+                                 "node clock on arrival")
+            return now, now
+        lookup = header
+        latest_tf = self.poses.latest_tf_stamp
+        if latest_tf is not None and abs(header - latest_tf) > self.stamp_max_offset_s:
+            lookup = now  # TF runs on the node clock, these headers on another
+        if self.stamp_source == "header":
+            return header, lookup
+        offset = header - now
+        if self.stamp_source == "auto" and abs(offset) <= self.stamp_max_offset_s:
+            return header, lookup
+        if stream not in self._restamped:
+            self._restamped.add(stream)
+            why = ("stamp_source is receipt" if self.stamp_source == "receipt" else
+                   f"its header stamps are {offset:+.1f} s from the node clock (more than "
+                   f"stamp_max_offset_s = {self.stamp_max_offset_s:g})")
+            self.log.warning(
+                f"{stream}: storing arrival times on the node clock, since {why}; notes and "
+                "'seconds ago' use that clock too (set stamp_source: header to keep them)")
+        return now, lookup
+
+    def receive(self, stream: str, msg: Any, kind: str = "",
+                stamps: tuple[float, float] | None = None) -> Job:
+        """A message arrived now: count it, stamp it, note its epoch."""
+        self.counters[stream].received += 1
+        t, lookup = stamps or self.stamp(stream, msg)
+        with self.lock:
+            now = self.check_time()
+            epoch = self.timeline.epoch_of(t, now)
+        return Job(stream, t, msg, kind, enqueued=self.wall(), epoch=epoch, lookup_t=lookup)
+
+    def receive_odom(self, msg: Any) -> Job:
+        """An odometry message: into the pose history at its lookup stamp, then a job."""
+        t, lookup = self.stamp("odom", msg)
+        self.poses.on_odom(msg, lookup)
+        return self.receive("odom", msg, stamps=(t, lookup))
+
+    # ---- stage 2: pose and keyframe gate ----------------------------------------------------
+    def before_time_jump(self, job: Job) -> bool:
+        return job.epoch != self.timeline.epoch
+
+    def gate(self, job: Job, wait: bool = True) -> bool | None:
+        """Resolve the job's pose and run its stream's gate: True to store it as a keyframe,
+        False when skipped or dropped. `wait=False` never waits for TF: None when the pose is
+        not decided yet (ask again after more TF or a later clock)."""
+        cancelled = lambda: self.before_time_jump(job)  # noqa: E731
+        if wait:
+            pose, timed_out = self.resolver.resolve(job.lookup_t, job.enqueued, cancelled)
+        else:
+            decided, pose, timed_out = self.resolver.try_resolve(job.lookup_t, job.enqueued,
+                                                                 cancelled)
+            if not decided:
+                return None
+        if timed_out:
+            self.count(job.stream, "tf_timeouts")
+        job.pose = pose
+        return self._admit(job)
+
+    def _admit(self, job: Job) -> bool:
+        c = self.counters[job.stream]
+        gate = self.gates[job.stream]
+        if self.before_time_jump(job):
+            # TF and odometry from before the jump are gone (or replaced by the new timeline's):
+            # no pose can be told for it any more, and a guessed one would be wrong.
+            self.count(job.stream, "dropped")
+            self.log.debug(f"{job.stream} message at {job.t:.3f} dropped: it arrived before "
+                           "the clock jumped back")
+            return False
+        if job.pose is None:
+            c.no_pose += 1
+        view = (view_thumbnail(job.msg, job.kind)
+                if job.stream == "camera" and gate.min_view_change else None)
+        with self.lock:
+            admitted = gate.admit(job.t, job.pose, view)
+        if not admitted:
+            c.skipped += 1
+            return False
+        c.kept += 1
+        return True
+
+    def unkeep(self, job: Job) -> None:
+        """A keyframe its caller could not take (a full queue): counted dropped, not kept."""
+        with self.lock:
+            self.counters[job.stream].kept -= 1
+            self.counters[job.stream].dropped += 1
+
+    # ---- stage 3: storage -------------------------------------------------------------------
+    def store(self, jobs: Sequence[Job]) -> None:
+        """Decode and store kept jobs; camera frames of the batch go in one embed call. One
+        bad message is counted and logged, never raised."""
+        from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
+        from memory_node.ros.pointcloud import read_xyz, voxel_downsample
+
+        frames: list[CameraFrame] = []
+        for j in jobs:
+            try:
+                if j.stream == "camera":
+                    img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
+                           else image_to_bgr(j.msg))
+                    frames.append(CameraFrame(j.t, j.pose, img, view=self.camera_view(j)))
+                elif j.stream == "lidar":
+                    pts = voxel_downsample(read_xyz(j.msg), self.voxel)
+                    self._keep_scan(j, pts)
+                    self.engine.add_lidar_scan(j.t, j.pose, pts)
+                    self.counters["lidar"].stored += 1
+                else:
+                    v = j.msg.twist.twist.linear
+                    speed = round(math.hypot(v.x, v.y), 3)
+                    self.engine.add_observation("odom", j.t, j.pose, {"speed": speed})
+                    self.counters["odom"].stored += 1
+            except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
+                self.count(j.stream, "failed")
+                self.log.warning(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
+        if frames:
+            try:
+                self.engine.add_camera_frames(frames)
+                self.counters["camera"].stored += len(frames)
+            except Exception as exc:  # noqa: BLE001
+                self.count("camera", "failed", len(frames))
+                self.log.warning(f"{len(frames)} camera frame(s) not stored: {exc}")
+
+    def _keep_scan(self, job: Job, pts: np.ndarray) -> None:
+        """The lidar keyframe's points in the world (above the floor), for view ranges."""
+        frame = getattr(job.msg.header, "frame_id", "")
+        tr = self.poses.lookup(frame, job.lookup_t) if frame else None
+        if tr is None or len(pts) == 0:
+            return
+        world = tr.apply(np.asarray(pts, np.float64))
+        self._last_scan = (job.t, world[world[:, 2] > 0.05][:, :2])
+
+    def camera_view(self, job: Job) -> View | None:
+        """What the keyframe covered: camera pose from TF (world <- camera frame) at the
+        stamp, else the base pose with the configured mount; range from a lidar keyframe
+        close in time, else view_max_range. None without any pose."""
+        cfg = self.settings
+        if cfg["camera_hfov_deg"] <= 0:
+            return None
+        frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
+        tr = self.poses.lookup(frame, job.lookup_t) if frame else None
+        if tr is not None:
+            x, y, yaw = tr.x, tr.y, forward_yaw(tr.as_matrix()[:3, :3], is_optical(frame))
+        elif job.pose is not None:
+            x, y, yaw = mounted(job.pose, (cfg["camera_mount_x"], cfg["camera_mount_y"],
+                                           cfg["camera_mount_yaw"]))
+        else:
+            return None
+        scan = self._last_scan
+        pts = (scan[1] if scan is not None
+               and abs(scan[0] - job.t) <= cfg["view_lidar_max_age_s"] else None)
+        rng = view_range(pts, x, y, yaw, math.radians(cfg["camera_hfov_deg"]),
+                         cfg["view_max_range"])
+        return make_view(x, y, yaw, cfg["camera_hfov_deg"], rng)
+
+    # ---- offline driving --------------------------------------------------------------------
+    def _arrive(self, arrived_s: float | None) -> None:
+        if arrived_s is None:
+            return
+        if self.manual_clock is None:
+            raise ValueError("arrived_s needs a policy made with RecorderPolicy.offline")
+        self.manual_clock.set(arrived_s)
+
+    def on_tf(self, data: bytes | Iterable[Any], is_static: bool = False,
+              arrived_s: float | None = None) -> None:
+        """A /tf or /tf_static message (serialized bytes or its transforms); messages that
+        waited for it are decided."""
+        self._arrive(arrived_s)
+        self.poses.on_tf(data, is_static)
+        self._step()
+
+    def on_odom(self, msg: Any, arrived_s: float | None = None) -> None:
+        """An odometry message (pose history and the odom stream)."""
+        self._arrive(arrived_s)
+        self._waiting.append(self.receive_odom(msg))
+        self._step()
+
+    def on_message(self, stream: str, msg: Any, arrived_s: float | None = None,
+                   kind: str = "raw") -> None:
+        """A camera ("camera"; `kind` "raw" Image or "compressed") or lidar ("lidar") message;
+        "odom" goes to `on_odom`."""
+        if stream == "odom":
+            self.on_odom(msg, arrived_s)
+            return
+        if stream not in STREAMS:
+            raise ValueError(f"unknown stream {stream!r} (one of {', '.join(STREAMS)})")
+        self._arrive(arrived_s)
+        self._waiting.append(self.receive(stream, msg, kind if stream == "camera" else ""))
+        self._step()
+
+    def _step(self, final: bool = False) -> None:
+        """Gate the waiting messages in arrival order as far as their poses are decided
+        (`final`: all of them, TF will not come any more), storing the keyframes."""
+        kept: list[Job] = []
+        while self._waiting:
+            job = self._waiting[0]
+            if final:
+                job.enqueued = -math.inf  # every wait has run out
+            admitted = self.gate(job, wait=False)
+            if admitted is None:
+                break
+            self._waiting.popleft()
+            if admitted:
+                kept.append(job)
+        for i in range(0, len(kept), self.batch_size):  # as the node's worker batches
+            self.store(kept[i:i + self.batch_size])
+
+    def flush(self) -> None:
+        """The end of the input: decide and store every waiting message."""
+        self._step(final=True)
+
+    @property
+    def waiting(self) -> int:
+        """Messages waiting for their pose (offline driving)."""
+        return len(self._waiting)

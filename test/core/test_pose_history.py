@@ -1,0 +1,97 @@
+"""The pose history without ROS, fed as the Go2 drivers feed it: go2_ros2_sdk's URDF identities
+on /tf_static first, then the driver's odometry (and SLAM's map -> odom) on /tf."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace as NS
+
+import pytest
+
+from memory_node.core.pose_history import PoseHistory
+
+T0 = 1_764_460_800.0
+
+
+class Log:
+    """A logger that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, m: str) -> None:
+        self.lines.append(("info", m))
+
+    def warning(self, m: str) -> None:
+        self.lines.append(("warning", m))
+
+    def debug(self, m: str) -> None:
+        self.lines.append(("debug", m))
+
+    def warnings(self) -> list[str]:
+        return [m for level, m in self.lines if level == "warning"]
+
+
+def tf(parent: str, child: str, t: float, x: float = 0.0, y: float = 0.0,
+       yaw: float = 0.0) -> NS:
+    sec = math.floor(t)
+    return NS(header=NS(stamp=NS(sec=sec, nanosec=round((t - sec) * 1e9)), frame_id=parent),
+              child_frame_id=child,
+              transform=NS(translation=NS(x=x, y=y, z=0.0),
+                           rotation=NS(x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2))))
+
+
+URDF_STATICS = [tf("map", "odom", 0.0), tf("odom", "base_link", 0.0),
+                tf("base_link", "Head_upper", 0.0, x=0.285)]
+
+
+@pytest.fixture
+def history():
+    clock = NS(now=T0)
+    log = Log()
+    h = PoseHistory("map", "base_link", 0.5, clock=lambda: clock.now, wall=lambda: clock.now,
+                    logger=log)
+    h.clock_box, h.logged = clock, log  # type: ignore[attr-defined]
+    return h
+
+
+def test_driver_odometry_wins_over_the_urdf_identity_and_is_said_once(history):
+    history.on_tf(URDF_STATICS, is_static=True)
+    for i in range(20):  # the driver at ~17 Hz, 0.5 m/s along x
+        t = T0 + i / 17
+        history.clock_box.now = t
+        history.on_tf([tf("odom", "base_link", t, x=0.5 * i / 17)])
+    pose = history.tf_pose_at(T0 + 10 / 17)
+    assert (pose.x, pose.frame, pose.source) == (pytest.approx(0.5 * 10 / 17), "map", "tf")
+    stats = history.tf_stats()
+    assert stats["tf_kind_changes"] == 1 and stats["tf_edges"] == 20
+    assert stats["tf_rejected"] == {}
+    [warning] = history.logged.warnings()
+    assert "'base_link'" in warning and "/tf " in warning and "/tf_static" in warning
+    assert "dynamic" in warning and "static" in warning
+
+
+def test_with_slam_both_dynamic_edges_compose(history):
+    history.on_tf(URDF_STATICS, is_static=True)
+    for i in range(50):  # SLAM at 50 Hz: map -> odom drifts along y; the driver at ~17 Hz
+        t = T0 + 0.02 * i
+        history.clock_box.now = t
+        edges = [tf("map", "odom", t, y=0.01 * i)]
+        if i % 3 == 0:
+            edges.append(tf("odom", "base_link", t, x=0.5 * 0.02 * i))
+        history.on_tf(edges)
+    pose = history.tf_pose_at(T0 + 0.6)
+    assert pose.x == pytest.approx(0.3) and pose.y == pytest.approx(0.3)
+    assert history.tf_stats()["tf_kind_changes"] == 2
+    assert len(history.logged.warnings()) == 2  # one per frame: odom and base_link
+
+
+def test_rejections_are_counted_by_reason(history):
+    history.on_tf([tf("", "a", T0), tf("b", "b", T0), tf("odom", "base_link", T0)])
+    history.on_tf(b"\x00\x01\x00\x00\xff\xff\xff\x7f")  # bytes that are no TFMessage
+    history.clock_box.now = T0 + 100
+    history.on_tf([tf("odom", "base_link", T0 + 100)])
+    history.on_tf([tf("odom", "base_link", T0 + 1)])  # older than the cache window
+    assert history.tf_stats()["tf_rejected"] == {"empty_frame": 1, "self_transform": 1,
+                                                 "older_than_cache": 1,
+                                                 "malformed_message": 1}
