@@ -29,6 +29,8 @@ Several robots (`robots` > 1, the driver's multi-robot mode): topics `/robotN/..
 multi_go2.urdf), clouds still in `odom`; no SLAM (slam_toolbox's base_frame is base_link, which
 no robot has in that mode), so map -> odom stays the latched identity and each robot's
 odometry is its pose in the shared odom frame. Robot 1 walks the tour backwards.
+Every robot's odom frame is the flat's frame (it booted at the flat's origin): the identities
+latched at start hold until odometry drifts, and SLAM's correction starts at the identity.
 
 unitree_ros2: no TF at all; `/utlidar/robot_odom` (odom -> base_link, twist filled) with zero
 header stamps; `/utlidar/cloud` in frame `utlidar_lidar` (x, y, z, intensity, ring, time;
@@ -160,15 +162,15 @@ class RobotRun:
 
 
 def make_robots(world: Any, profile: str, robots: int, rate: float) -> list[RobotRun]:
-    """The robots of a recording; odometry seeded per robot. With several robots each one's
-    odometry starts at its true start pose in the shared odom frame (= map)."""
+    """The robots of a recording; odometry seeded per robot. Each robot's odom frame is the
+    flat's frame (it booted at the flat's origin and walked to where the recording starts), so
+    odometry starts at the true start pose: SLAM's map -> odom starts at the identity the URDF
+    latches, as slam_toolbox's does, and drifts from there."""
     runs = []
     for i in range(robots):
         traj = world.traj if i == 0 else ReversedTour(world.traj)
         track = simulate_odometry(traj, rate, world.seed + 1000 * i)
-        odom = track.odom
-        if robots > 1:
-            odom = compose(traj.pose(np.array([0.0]))[0], odom)
+        odom = compose(traj.pose(np.array([0.0]))[0], track.odom)
         multi = robots > 1
         runs.append(RobotRun(i, f"robot{i}/" if multi else "", f"/robot{i}" if multi else "",
                              traj, track.t, odom, track.twist))
