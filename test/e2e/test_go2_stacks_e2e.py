@@ -43,7 +43,9 @@ from memory_node.demo import (
     ask_each_kind,
     wait_until_settled,
 )
+from memory_node.sim import stacks
 from memory_node.sim.generate import generate_sample
+from memory_node.sim.trajectory import Trajectory, build_tour, compose
 
 POSE_MEDIAN_M = 0.05
 POSE_MAX_M = 0.3
@@ -163,6 +165,28 @@ def test_go2_keyframes_posed_where_the_robot_was(go2_run) -> None:
     frame, path = _expected(sample)
     for stream in ("camera", "lidar", "odom"):
         _assert_poses(_rows(memory_dir, stream), frame, path, stream)
+
+
+def test_go2_camera_views_where_the_camera_was(go2_run) -> None:
+    """front_camera is a URDF link (through Head_upper, 0.33 m ahead of base_link) with
+    optical axes: each keyframe's view starts at the camera and looks where it looked."""
+    sample, memory_dir, _, _ = go2_run
+    rows = _rows(memory_dir, "camera")
+    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
+    try:
+        views = store.views_of([r.id for r in rows if r.id is not None])
+    finally:
+        store.close()
+    assert len(views) >= 0.9 * len(rows)
+    t = np.array([r.t for r in rows if r.id in views]) - sample.truth["epoch"]
+    base = Trajectory(build_tour(), sample.truth["duration"]).pose(t)
+    cam = compose(base, np.array([stacks.CAMERA_IN_BASE[0], stacks.CAMERA_IN_BASE[1], 0.0]))
+    got = np.array([[views[r.id].x, views[r.id].y, views[r.id].yaw] for r in rows
+                    if r.id in views])
+    err = np.hypot(*(got[:, :2] - cam[:, :2]).T)
+    yaw = np.abs((got[:, 2] - cam[:, 2] + np.pi) % (2 * np.pi) - np.pi)
+    assert np.median(err) < POSE_MEDIAN_M and err.max() < POSE_MAX_M, (np.median(err), err.max())
+    assert np.median(yaw) < 0.05 and yaw.max() < 0.3, (np.median(yaw), yaw.max())
 
 
 def test_go2_lidar_ranges_are_from_the_robot(go2_run) -> None:
