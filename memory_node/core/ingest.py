@@ -112,4 +112,7 @@ class Ingestor:
         ranges = np.linalg.norm(pts[:, :2], axis=1) if len(pts) else np.zeros(1)
         info = {"points": int(len(pts)), "max_range": round(float(ranges.max()), 3),
                 "mean_range": round(float(ranges.mean()), 3), **(tags or {})}
+        # A tag given as None is unknown (ranges of a world-frame cloud whose robot position
+        # is not known): left out, not stored from the wrong origin.
+        info = {k: v for k, v in info.items() if v is not None}
         return self.add_observation(stream, t, pose, info, "", buf.getvalue(), "npy")

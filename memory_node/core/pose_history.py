@@ -30,6 +30,8 @@ from memory_node.ros.tf_buffer import (
 )
 from memory_node.ros.tf_wire import TfEdgeFilter, TfWireError, WireTransform, parse_tf_message
 
+# The pose source of odometry interpolated between the two samples around a stamp.
+ODOM_INTERPOLATED = "odom_interpolated"
 # Odometry samples kept for looking a pose up at a message stamp (a few seconds at 50 Hz).
 ODOM_HISTORY = 500
 
@@ -233,11 +235,19 @@ class PoseHistory:
         self._fresh.seen("odom", t, self.clock())
 
     # ---- reading ----------------------------------------------------------------------------
+    @property
+    def latest_odom_stamp(self) -> float | None:
+        """The newest odometry sample's stamp (None before any)."""
+        with self._lock:
+            return self._odom_t[-1] if self._odom_t else None
+
     def odom_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry (in its own frame) at the stamp: interpolated between the samples around
-        it; the latest (oldest) for a stamp newer (older) than all of them by no more than the
-        tolerance; None beyond that, where the history says nothing about the stamp (odometry
-        stopped, or the stamp is from before a time jump). None given: the latest."""
+        it (source "odom_interpolated"); a sample's own stamp gives that sample, and the latest
+        (oldest) answers for a stamp newer (older) than all of them by no more than the
+        tolerance (source "odom"); None beyond that, where the history says nothing about the
+        stamp (odometry stopped, or the stamp is from before a time jump). None given: the
+        latest."""
         with self._lock:
             if not self._odom:
                 return None
@@ -246,6 +256,8 @@ class PoseHistory:
             if stamp_s >= self._odom_t[-1]:
                 return self._odom[-1] if stamp_s - self._odom_t[-1] <= self.tolerance_s else None
             i = bisect.bisect_left(self._odom_t, stamp_s)
+            if self._odom_t[i] == stamp_s:
+                return self._odom[i]  # a sample's own stamp
             if i == 0:
                 return self._odom[0] if self._odom_t[0] - stamp_s <= self.tolerance_s else None
             t0, t1, a, b = self._odom_t[i - 1], self._odom_t[i], self._odom[i - 1], self._odom[i]
@@ -255,12 +267,13 @@ class PoseHistory:
         r = (stamp_s - t0) / (t1 - t0) if t1 > t0 else 0.0
         dyaw = normalize_angle(b.yaw - a.yaw)
         return Pose(a.x + r * (b.x - a.x), a.y + r * (b.y - a.y), a.z + r * (b.z - a.z),
-                    normalize_angle(a.yaw + r * dyaw), a.frame, "odom")
+                    normalize_angle(a.yaw + r * dyaw), a.frame, ODOM_INTERPOLATED)
 
     def odom_pose_at(self, stamp_s: float | None) -> Pose | None:
         """Odometry at the stamp in the world frame, through world ← odom at that stamp (the
         latest one when TF has none there). A robot whose TF has no world ← odom at all (no
-        map) gets odometry in its own frame, labelled so. Source "odom" either way."""
+        map) gets odometry in its own frame, labelled so. The source says odometry either way
+        ("odom", or "odom_interpolated" between two samples)."""
         odom = self.odom_at(stamp_s)
         if odom is None:
             return None
@@ -276,7 +289,7 @@ class PoseHistory:
         if world_odom is None:
             return odom
         p = world_odom.compose(Transform.from_xyz_yaw(odom.x, odom.y, odom.yaw, odom.z))
-        return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, "odom")
+        return Pose(p.x, p.y, p.z, p.yaw, self.world_frame, odom.source)
 
     def tf_pose_at(self, stamp_s: float | None) -> Pose | None:
         """TF world ← base at the stamp (within the tolerance), or None."""

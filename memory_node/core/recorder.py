@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
 from memory_node.core.types import Pose, View
 from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
 from memory_node.ros.geometry import stamp_to_seconds
+from memory_node.ros.tf_buffer import Transform
 
 STREAMS = ("camera", "lidar", "odom")
 
@@ -83,6 +84,7 @@ class Job:
     pose: Pose | None = None
     epoch: int = 0  # time jumps back seen before the message arrived
     lookup_t: float = 0.0  # the stamp TF and odometry are looked up at (see `stamp`)
+    tags: dict[str, Any] = field(default_factory=dict)  # tags known on arrival (odom speed)
 
 
 def _settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,6 +144,10 @@ class RecorderPolicy:
         # The newest lidar keyframe in world coordinates (t, xy): the range of camera views.
         self._last_scan: tuple[float, np.ndarray] | None = None
         self.resolver = PoseResolver(poses, self.tf_wait_s, clock=self.wall, sleep=sleep)
+        self._unposed_said: set[str] = set()  # streams warned about rows without a pose
+        # recent odometry samples (stamp, x, y, frame): speed when the twist is empty
+        self._odom_track: deque[tuple[float, float, float, str]] = deque(maxlen=64)
+        self._mount_lidar()
         # offline driving (on_message / flush): messages waiting for their pose, in order
         self._waiting: deque[Job] = deque()
         self.manual_clock: ManualClock | None = None
@@ -199,24 +205,29 @@ class RecorderPolicy:
                 self.log.warning(f"{stream} messages carry no stamp (zero): stamped with the "
                                  "node clock on arrival")
             return now, now
-        lookup = header
-        latest_tf = self.poses.latest_tf_stamp
-        if latest_tf is not None and abs(header - latest_tf) > self.stamp_max_offset_s:
-            lookup = now  # TF runs on the node clock, these headers on another
-        if self.stamp_source == "header":
-            return header, lookup
+        t = header
         offset = header - now
-        if self.stamp_source == "auto" and abs(offset) <= self.stamp_max_offset_s:
-            return header, lookup
-        if stream not in self._restamped:
-            self._restamped.add(stream)
-            why = ("stamp_source is receipt" if self.stamp_source == "receipt" else
-                   f"its header stamps are {offset:+.1f} s from the node clock (more than "
-                   f"stamp_max_offset_s = {self.stamp_max_offset_s:g})")
-            self.log.warning(
-                f"{stream}: storing arrival times on the node clock, since {why}; notes and "
-                "'seconds ago' use that clock too (set stamp_source: header to keep them)")
-        return now, lookup
+        if self.stamp_source == "receipt" or (self.stamp_source == "auto"
+                                              and abs(offset) > self.stamp_max_offset_s):
+            t = now
+            if stream not in self._restamped:
+                self._restamped.add(stream)
+                why = ("stamp_source is receipt" if self.stamp_source == "receipt" else
+                       f"its header stamps are {offset:+.1f} s from the node clock (more than "
+                       f"stamp_max_offset_s = {self.stamp_max_offset_s:g})")
+                self.log.warning(
+                    f"{stream}: storing arrival times on the node clock, since {why}; notes "
+                    "and 'seconds ago' use that clock too (set stamp_source: header to keep "
+                    "them)")
+        # Poses are looked up on the timeline the poses run on: TF's, else odometry's. Headers
+        # near it are looked up as stamped; headers on another clock at the arrival time.
+        # With neither to compare with, at the time stored.
+        reference = self.poses.latest_tf_stamp
+        if reference is None and stream != "odom":
+            reference = self.poses.latest_odom_stamp
+        if reference is None:
+            return t, t
+        return t, (header if abs(header - reference) <= self.stamp_max_offset_s else now)
 
     def receive(self, stream: str, msg: Any, kind: str = "",
                 stamps: tuple[float, float] | None = None) -> Job:
@@ -232,7 +243,37 @@ class RecorderPolicy:
         """An odometry message: into the pose history at its lookup stamp, then a job."""
         t, lookup = self.stamp("odom", msg)
         self.poses.on_odom(msg, lookup)
-        return self.receive("odom", msg, stamps=(t, lookup))
+        job = self.receive("odom", msg, stamps=(t, lookup))
+        speed = self._speed(msg, lookup)
+        if speed is not None:
+            job.tags["speed"] = speed
+        return job
+
+    # Successive odometry poses at least this far apart in time give the speed.
+    SPEED_SPAN_S = 0.2
+    SPEED_MAX_SPAN_S = 2.0
+
+    def _speed(self, msg: Any, stamp: float) -> float | None:
+        """The planar speed: the twist's when it says anything, else from successive poses
+        (drivers that fill the pose only leave the twist zero); None when neither tells it
+        (a first sample, a gap) — never a false 0."""
+        twist = getattr(getattr(getattr(msg, "twist", None), "twist", None), "linear", None)
+        p = msg.pose.pose.position
+        frame = getattr(msg.header, "frame_id", "") or "odom"
+        x, y = float(p.x), float(p.y)
+        track = self._odom_track
+        if track and (stamp < track[-1][0] or track[-1][3] != frame):
+            track.clear()  # time went back, or another frame: start over
+        track.append((stamp, x, y, frame))
+        if twist is not None and (twist.x or twist.y or twist.z):
+            return round(math.hypot(twist.x, twist.y), 3)
+        for t0, x0, y0, _ in reversed(track):
+            span = stamp - t0
+            if span >= self.SPEED_SPAN_S:
+                if span > self.SPEED_MAX_SPAN_S:
+                    return None
+                return round(math.hypot(x - x0, y - y0) / span, 3)
+        return None
 
     # ---- stage 2: pose and keyframe gate ----------------------------------------------------
     def before_time_jump(self, job: Job) -> bool:
@@ -267,6 +308,8 @@ class RecorderPolicy:
             return False
         if job.pose is None:
             c.no_pose += 1
+            if c.no_pose >= self.UNPOSED_WARN_AFTER:
+                self.warn_unposed(job.stream, job.lookup_t)
         view = (view_thumbnail(job.msg, job.kind)
                 if job.stream == "camera" and gate.min_view_change else None)
         with self.lock:
@@ -276,6 +319,32 @@ class RecorderPolicy:
             return False
         c.kept += 1
         return True
+
+    # A stream with this many rows stored without a pose is said (once) with the reason.
+    UNPOSED_WARN_AFTER = 10
+
+    def warn_unposed(self, stream: str, lookup_t: float | None = None) -> None:
+        """One warning per stream whose rows are stored without a pose: how many, and why."""
+        c = self.counters[stream]
+        if stream in self._unposed_said or c.no_pose == 0:
+            return
+        self._unposed_said.add(stream)
+        p = self.poses
+        tf_t, odom_t = p.latest_tf_stamp, p.latest_odom_stamp
+        at = f" (looked up at {lookup_t:.2f})" if lookup_t is not None else ""
+        if p.has_world_pose():
+            why = (f"TF {p.world_frame} <- {p.base_frame} has no transform within "
+                   f"tf_tolerance_s = {p.tolerance_s:g} s of their stamps{at}; newest TF "
+                   f"stamp {tf_t if tf_t is not None else 'none'}")
+        elif odom_t is not None:
+            why = (f"no TF links {p.world_frame} and {p.base_frame}, and odometry does not "
+                   f"cover their stamps{at}: newest odometry stamp {odom_t:.2f} (a sensor "
+                   "clock on another time base? see stamp_source)")
+        else:
+            why = (f"no TF links {p.world_frame} and {p.base_frame} and no odometry arrived "
+                   f"(odom_topic {self.settings['odom_topic'] or 'not set'})")
+        self.log.warning(f"{stream}: {c.no_pose} of {c.received} rows so far stored without a "
+                         f"pose: {why}")
 
     def unkeep(self, job: Job) -> None:
         """A keyframe its caller could not take (a full queue): counted dropped, not kept."""
@@ -300,12 +369,10 @@ class RecorderPolicy:
                 elif j.stream == "lidar":
                     pts = voxel_downsample(read_xyz(j.msg), self.voxel)
                     self._keep_scan(j, pts)
-                    self.engine.add_lidar_scan(j.t, j.pose, pts)
+                    self.engine.add_lidar_scan(j.t, j.pose, pts, tags=self._scan_tags(j, pts))
                     self.counters["lidar"].stored += 1
                 else:
-                    v = j.msg.twist.twist.linear
-                    speed = round(math.hypot(v.x, v.y), 3)
-                    self.engine.add_observation("odom", j.t, j.pose, {"speed": speed})
+                    self.engine.add_observation("odom", j.t, j.pose, dict(j.tags))
                     self.counters["odom"].stored += 1
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
                 self.count(j.stream, "failed")
@@ -318,10 +385,86 @@ class RecorderPolicy:
                 self.count("camera", "failed", len(frames))
                 self.log.warning(f"{len(frames)} camera frame(s) not stored: {exc}")
 
+    def _mount_lidar(self) -> None:
+        """The lidar mount parameters as a static transform base_frame -> lidar_frame, for a
+        stack that publishes none (unitree_ros2's utlidar_lidar); a published transform for
+        that frame replaces it (the newest wins)."""
+        cfg = self.settings
+        frame = cfg["lidar_frame"]
+        if not frame or self.poses.buffer.has_frame(frame):
+            return
+        from memory_node.ros.geometry import quaternion_from_euler
+
+        q = quaternion_from_euler(cfg["lidar_mount_roll"], cfg["lidar_mount_pitch"],
+                                  cfg["lidar_mount_yaw"])
+        self.poses.buffer.set_edge(cfg["base_frame"], frame, 0.0,
+                                   (cfg["lidar_mount_x"], cfg["lidar_mount_y"],
+                                    cfg["lidar_mount_z"]), tuple(q), "lidar_mount parameters",
+                                   is_static=True)
+
+    def _frame_in_pose_frame(self, frame: str, job: Job) -> Transform | None:
+        """pose frame <- `frame` at the job's stamp: TF world <- frame when TF has it, else
+        the job's pose (odometry, in its frame) composed with base <- frame (a mount)."""
+        from memory_node.ros.tf_buffer import Transform, TransformError
+
+        tr = self.poses.lookup(frame, job.lookup_t)
+        if tr is not None or job.pose is None:
+            return tr
+        pose = job.pose
+        base = Transform.from_xyz_yaw(pose.x, pose.y, pose.yaw, pose.z)
+        if frame == pose.frame:
+            return Transform.identity()
+        try:
+            mount = self.poses.buffer.lookup(self.poses.base_frame, frame, job.lookup_t,
+                                             self.poses.tolerance_s)
+        except TransformError:
+            return None
+        return base.compose(mount)
+
+    def _frames_above_base(self) -> set[str]:
+        """The frames above the base frame in TF (odom, map, ...)."""
+        parents = self.poses.buffer.frames()
+        out: set[str] = set()
+        node = self.poses.base_frame
+        while node in parents and len(out) < 64:
+            node = parents[node]
+            out.add(node)
+        return out
+
+    def _scan_tags(self, job: Job, pts: np.ndarray) -> dict[str, Any]:
+        """The stored cloud's frame, and for a cloud in a world-like frame (the world frame,
+        the pose's frame, any frame above the base: go2_ros2_sdk's /point_cloud2 is a map
+        chunk in odom, not a scan) its range tags measured from the robot's position there —
+        left out when that position is unknown. A sensor-frame cloud keeps the ranges from
+        its origin (the engine's default)."""
+        from memory_node.ros.tf_buffer import TransformError
+
+        frame = str(getattr(job.msg.header, "frame_id", "") or "").lstrip("/")
+        if not frame:
+            return {}
+        tags: dict[str, Any] = {"frame": frame}
+        p = self.poses
+        pose_frame = job.pose.frame if job.pose is not None else None
+        if frame not in (p.world_frame, pose_frame) and frame not in self._frames_above_base():
+            return tags
+        robot: tuple[float, float] | None = None
+        try:
+            tr = p.buffer.lookup(frame, p.base_frame, job.lookup_t, p.tolerance_s)
+            robot = (tr.x, tr.y)
+        except TransformError:
+            if job.pose is not None and frame == pose_frame:
+                robot = (job.pose.x, job.pose.y)
+        if robot is None:
+            return tags | {"max_range": None, "mean_range": None}
+        xy = np.asarray(pts, np.float64).reshape(-1, 3)[:, :2] - np.array(robot)
+        ranges = np.hypot(xy[:, 0], xy[:, 1]) if len(xy) else np.zeros(1)
+        return tags | {"max_range": round(float(ranges.max()), 3),
+                       "mean_range": round(float(ranges.mean()), 3)}
+
     def _keep_scan(self, job: Job, pts: np.ndarray) -> None:
         """The lidar keyframe's points in the world (above the floor), for view ranges."""
         frame = getattr(job.msg.header, "frame_id", "")
-        tr = self.poses.lookup(frame, job.lookup_t) if frame else None
+        tr = self._frame_in_pose_frame(frame, job) if frame else None
         if tr is None or len(pts) == 0:
             return
         world = tr.apply(np.asarray(pts, np.float64))
@@ -337,7 +480,11 @@ class RecorderPolicy:
         frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
         tr = self.poses.lookup(frame, job.lookup_t) if frame else None
         if tr is not None:
-            x, y, yaw = tr.x, tr.y, forward_yaw(tr.as_matrix()[:3, :3], is_optical(frame))
+            rot = tr.as_matrix()[:3, :3]
+            # optical by name (REP 103) or by orientation: an optical frame's y axis points
+            # down (go2_ros2_sdk's front_camera, rpy -pi/2 0 -pi/2, is one without the name)
+            optical = is_optical(frame) or float(rot[2, 1]) < -0.7
+            x, y, yaw = tr.x, tr.y, forward_yaw(rot, optical)
         elif job.pose is not None:
             x, y, yaw = mounted(job.pose, (cfg["camera_mount_x"], cfg["camera_mount_y"],
                                            cfg["camera_mount_yaw"]))
@@ -403,8 +550,11 @@ class RecorderPolicy:
             self.store(kept[i:i + self.batch_size])
 
     def flush(self) -> None:
-        """The end of the input: decide and store every waiting message."""
+        """The end of the input: decide and store every waiting message (and say which
+        streams have rows without a pose)."""
         self._step(final=True)
+        for stream in STREAMS:
+            self.warn_unposed(stream)
 
     @property
     def waiting(self) -> int:

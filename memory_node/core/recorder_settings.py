@@ -22,6 +22,8 @@ POSE_PARAMS: dict[str, tuple[Any, str]] = {
     "tf_cache_s": (60.0, "TF history kept, for a recorder that is behind (s)"),
     "tf_max_gap_s": (1.0, "TF samples further apart than this are a gap, never interpolated"),
     "max_pose_age_s": (0.5, "a pose for 'now' older than this is marked stale (s)"),
+    "robot_prefix": ("", "one of several robots on one graph: prefix of its topics (/P/odom) "
+                     "and its frames (P/base_link); map and odom stay shared"),
 }
 
 RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
@@ -53,6 +55,14 @@ RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
     "camera_mount_yaw": (0.0, "... heading (rad)"),
     "view_max_range": (6.0, "how far a keyframe's view reaches without a lidar scan (m)"),
     "view_lidar_max_age_s": (0.5, "a lidar keyframe this close in time sets the view's range"),
+    "lidar_frame": ("", "the lidar's frame, mounted on base_frame by lidar_mount_* when no "
+                    "transform publishes it ('' = no mount)"),
+    "lidar_mount_x": (0.0, "lidar in base_frame: x (m)"),
+    "lidar_mount_y": (0.0, "... y (m)"),
+    "lidar_mount_z": (0.0, "... z (m)"),
+    "lidar_mount_roll": (0.0, "... roll (rad)"),
+    "lidar_mount_pitch": (0.0, "... pitch (rad)"),
+    "lidar_mount_yaw": (0.0, "... yaw (rad)"),
 }
 
 RECORDER_CHOICES: dict[str, tuple[str, ...]] = {
@@ -61,9 +71,35 @@ RECORDER_CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+# What robot_prefix prefixes: go2_ros2_sdk's multi-robot mode publishes robotN/odom,
+# robotN/point_cloud2, robotN/camera/image_raw with frames robotN/base_link and
+# robotN/front_camera, while map, odom and /tf stay shared by all robots.
+PREFIXED_TOPICS = ("camera_topic", "compressed_topic", "lidar_topic", "odom_topic")
+PREFIXED_FRAMES = ("base_frame", "camera_frame", "lidar_frame")
+
+
+def with_robot_prefix(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with `robot_prefix` applied to its topics and robot frames (those present and
+    not empty). Idempotent: a name that already carries the prefix keeps it."""
+    out = dict(values)
+    prefix = str(out.get("robot_prefix") or "").strip("/")
+    if not prefix:
+        return out
+    for key in PREFIXED_TOPICS:
+        topic = out.get(key)
+        if topic and not str(topic).startswith(f"/{prefix}/"):
+            out[key] = f"/{prefix}/{str(topic).lstrip('/')}"
+    for key in PREFIXED_FRAMES:
+        frame = out.get(key)
+        if frame and not str(frame).lstrip("/").startswith(f"{prefix}/"):
+            out[key] = f"{prefix}/{str(frame).lstrip('/')}"
+    return out
+
+
 def recorder_settings(values: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Every recorder and pose parameter: `values` over the defaults, each converted to its
-    default's type. Raises ConfigError naming an unknown key, a wrong type or a bad choice."""
+    default's type, with `robot_prefix` applied. Raises ConfigError naming an unknown key, a
+    wrong type or a bad choice."""
     table = {**POSE_PARAMS, **RECORDER_PARAMS}
     out = {name: default for name, (default, _) in table.items()}
     for name, value in (values or {}).items():
@@ -73,4 +109,4 @@ def recorder_settings(values: Mapping[str, Any] | None = None) -> dict[str, Any]
         choices = RECORDER_CHOICES.get(name)
         if choices and out[name] not in choices:
             raise ConfigError(f"{name} = {value!r} is not one of {', '.join(choices)}")
-    return out
+    return with_robot_prefix(out)

@@ -129,6 +129,10 @@ class PoseSource(Protocol):
     def has_world_pose(self) -> bool:
         """Whether TF links the world and base frames at all."""
 
+    @property
+    def latest_odom_stamp(self) -> float | None:
+        """The newest odometry sample's stamp, None before any."""
+
 
 class PoseResolver:
     """The pose to store for a message: TF exactly at its stamp, waiting up to `wait_s`
@@ -138,8 +142,13 @@ class PoseResolver:
     No wait while no transform has arrived since a wait last ran out (a robot without TF, or
     whose TF stopped, pays for one wait, not one per message), nor once TF has flowed for
     `wait_s` without ever linking world and base (odometry and no map), nor for a stamp TF
-    will never cover (before its first sample, inside a gap). `clock` and `sleep` are
-    injectable so the waits are tested without waiting.
+    will never cover (before its first sample, inside a gap).
+
+    Without TF world ← base, odometry is the pose: a message newer than the newest odometry
+    sample waits (the same `wait_s`) for the odometry that covers its stamp — a driver whose
+    odometry arrives late and in bursts — and is then posed between the samples around it.
+    Once such a wait runs out, later messages wait again only after odometry moved on.
+    `clock` and `sleep` are injectable so the waits are tested without waiting.
     """
 
     def __init__(self, source: PoseSource, wait_s: float, *,
@@ -149,6 +158,7 @@ class PoseResolver:
         self.wait_s = wait_s
         self.clock, self.sleep, self.poll_s = clock, sleep, poll_s
         self._stalled_at: tuple[float | None] | None = None  # (last_tf_wall,) at a timeout
+        self._odom_stalled_at: float | None = None  # latest odometry stamp at a timeout
 
     def resolve(self, stamp: float, arrived: float,
                 cancelled: Callable[[], bool] = lambda: False) -> tuple[Pose | None, bool]:
@@ -175,7 +185,21 @@ class PoseResolver:
             # Until another transform arrives, later messages take the fallback at once.
             self._stalled_at = (self.source.last_tf_wall,)
             return True, self.source.pose_at(stamp), True
+        if self._odom_expected(stamp) and not cancelled():
+            if self.clock() < arrived + self.wait_s:
+                return False, None, False
+            self._odom_stalled_at = self.source.latest_odom_stamp
+            return True, self.source.pose_at(stamp), True
         return True, self.source.pose_at(stamp), False
+
+    def _odom_expected(self, stamp: float) -> bool:
+        """Whether odometry covering the stamp may still come: the pose will be odometry's
+        (no TF world ← base), odometry flows, and its newest sample is older than the stamp
+        (and not the one a wait already ran out at)."""
+        latest = self.source.latest_odom_stamp
+        if latest is None or latest >= stamp or latest == self._odom_stalled_at:
+            return False
+        return not self.source.has_world_pose()
 
     def _tf_expected(self) -> bool:
         source = self.source

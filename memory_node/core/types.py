@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-POSE_SOURCES = ("tf", "odom", "none", "given")
+POSE_SOURCES = ("tf", "odom", "odom_interpolated", "none", "given")
 _TWO_PI = 2.0 * math.pi
 
 

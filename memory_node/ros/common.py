@@ -10,6 +10,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from memory_node.core.config import MemoryConfig
 from memory_node.core.pose_history import PoseHistory
+from memory_node.core.recorder_settings import with_robot_prefix
 from memory_node.ros import params
 
 # Deep: when a busy process falls behind, DDS drops the oldest samples past this depth, and
@@ -67,7 +68,7 @@ def engine_config_from_params(node: Node) -> MemoryConfig:
 def pose_tracker_from_params(node: Node, host: Node | None = None, **kwargs: Any) -> PoseTracker:
     """The process's TF listener, configured from `node`'s pose parameters and subscribed on
     `host` (default: the same node)."""
-    p = params.declare(node, params.POSE_PARAMS)
+    p = with_robot_prefix(params.declare(node, params.POSE_PARAMS))
     return PoseTracker(host or node, p["world_frame"], p["base_frame"],
                        kwargs.pop("odom_topic", p["odom_topic"]), p["tf_tolerance_s"],
                        cache_s=p["tf_cache_s"], max_gap_s=p["tf_max_gap_s"],

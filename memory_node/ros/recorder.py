@@ -33,6 +33,7 @@ from std_msgs.msg import String
 
 from memory_node.core.engine import MemoryEngine
 from memory_node.core.recorder import Job, RecorderPolicy
+from memory_node.core.recorder_settings import with_robot_prefix
 from memory_node.ros import params
 from memory_node.ros.common import (
     PoseTracker,
@@ -72,6 +73,7 @@ class MemoryRecorder(Node):
         super().__init__(node_name, **kwargs)
         cfg = params.declare(self, params.RECORDER_PARAMS)
         cfg.update(params.declare(self, params.POSE_PARAMS))
+        cfg = with_robot_prefix(cfg)
         declare_engine_params(self)
         params.warn_unknown(self)
         self.settings = cfg
@@ -300,6 +302,8 @@ class MemoryRecorder(Node):
                 pass
         self._gate_thread.join(timeout=2.0)
         self._worker.join(timeout=2.0)
+        for stream in self.counters:
+            self.policy.warn_unposed(stream)
         self.get_logger().info("recorder stopped: " + json.dumps(self.stats()))
         if self._own_engine:
             self.engine.close()

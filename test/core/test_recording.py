@@ -35,6 +35,7 @@ class FakeTf:
         self.fallback = Pose(-1.0, -1.0, frame="odom", source="odom")
         self.last_tf_wall: float | None = None
         self.first_tf_wall: float | None = None
+        self.latest_odom_stamp: float | None = None  # no odometry unless a test adds it
 
     def _arrived(self) -> list[tuple[float, float, Pose]]:
         got = [a for a in self.arrivals if a[0] <= self.clock.now]

@@ -48,7 +48,7 @@ def test_odometry_at_the_stamp_not_the_latest(tracker):
     for i in range(11):  # 1 m/s along +x, 10 Hz, turning from 0 to 1 rad
         tracker.on_odom(_odom(0.1 * i, 0.0, 0.1 * i, 100.0 + 0.1 * i))
     p = tracker.odom_at(100.25)
-    assert p.source == "odom" and p.frame == "odom"
+    assert p.source == "odom_interpolated" and p.frame == "odom"
     assert p.x == pytest.approx(0.25) and p.yaw == pytest.approx(0.25)
     assert tracker.odom_pose_at(100.25) == p  # no map -> odom known: odometry's own frame
     assert tracker.odom_at(101.3).x == pytest.approx(1.0)  # just newer: the latest
@@ -63,10 +63,10 @@ def test_odometry_put_in_the_world_through_map_odom_at_the_stamp(tracker):
         tracker.on_odom(_odom(0.1 * i, 0.0, 0.0, 100.0 + 0.1 * i))
     tracker.buffer.set_transform(_map_odom(1.0, 2.0, 100.0), "tf", False)
     tracker.buffer.set_transform(_map_odom(5.0, 2.0, 101.0), "tf", False)  # relocalised
-    early = tracker.odom_pose_at(100.2)
-    assert (early.frame, early.source) == ("map", "odom")
-    assert early.x == pytest.approx(0.2 + 1.0 + 0.2 * 4.0) and early.y == pytest.approx(2.0)
-    assert tracker.pose_at(100.2) == early  # no map -> base_link TF: odometry it is
+    early = tracker.odom_pose_at(100.25)
+    assert (early.frame, early.source) == ("map", "odom_interpolated")
+    assert early.x == pytest.approx(0.25 + 1.0 + 0.25 * 4.0) and early.y == pytest.approx(2.0)
+    assert tracker.pose_at(100.25) == early  # no map -> base_link TF: odometry it is
 
 
 def test_no_pose_invented_across_an_odometry_gap_and_bad_samples_ignored(tracker):
