@@ -47,6 +47,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--use-sim-time", action="store_true",
                         help="use /clock (bag replay) for every time the nodes read")
     parser.add_argument("--no-recorder", action="store_true", help="serve queries only")
+    parser.add_argument("--robot-prefix", metavar="P",
+                        help="one of several robots on one graph: record /P/<topic> with "
+                        "frames P/<frame> (robot_prefix; map and odom stay shared)")
     ros_args: list[str] = []
     if "--ros-args" in argv:
         i = argv.index("--ros-args")
@@ -106,6 +109,9 @@ def _run(args: argparse.Namespace, overrides: list, stop: StopRequest) -> int:
     """Every node's parameters are checked before any service is advertised."""
     from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 
+    if args.robot_prefix is not None:  # every node: the listener's frames, the recorder's topics
+        overrides = [*overrides, Parameter("robot_prefix", Parameter.Type.STRING,
+                                           args.robot_prefix)]
     # One TF listener for the process, on a node and a thread of its own: /tf is read once,
     # and a burst of camera frames or queries never holds it up.
     listener = Node(TF_LISTENER_NODE, parameter_overrides=overrides)

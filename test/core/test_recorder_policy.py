@@ -298,3 +298,32 @@ def test_the_camera_view_of_an_optical_frame_without_the_name(engine):
     view = policy.camera_view(Job("camera", T0, image, "raw", lookup_t=T0))
     assert view.yaw == pytest.approx(math.pi / 2)
     assert (view.x, view.y) == (pytest.approx(1.0), pytest.approx(0.33))
+
+
+def test_robot_prefix_as_go2_ros2_sdks_multi_robot_mode():
+    from memory_node.core.recorder_settings import recorder_settings, with_robot_prefix
+
+    cfg = recorder_settings({"robot_prefix": "robot0", "lidar_frame": "utlidar_lidar",
+                             "compressed_topic": "camera/image_raw/compressed"})
+    assert (cfg["odom_topic"], cfg["lidar_topic"], cfg["camera_topic"]) == (
+        "/robot0/odom", "/robot0/lidar/points", "/robot0/camera/image_raw")
+    assert cfg["compressed_topic"] == "/robot0/camera/image_raw/compressed"
+    assert (cfg["base_frame"], cfg["lidar_frame"], cfg["world_frame"]) == (
+        "robot0/base_link", "robot0/utlidar_lidar", "map")
+    assert cfg["camera_frame"] == ""  # '' stays '' (the image header's frame)
+    assert with_robot_prefix(cfg) == cfg  # applied twice: the same
+    assert recorder_settings({"robot_prefix": "/robot0/", "odom_topic": ""})["odom_topic"] == ""
+
+
+def test_two_robots_on_one_tf_tree_each_get_their_own_poses(engine):
+    """Both robots' odometry hangs below the shared odom frame; each policy, with its
+    prefix, poses its own robot."""
+    got = {}
+    for robot in ("robot0", "robot1"):
+        policy = RecorderPolicy.offline({"robot_prefix": robot, "tf_wait_s": 0.5}, engine)
+        policy.on_tf([tf("map", "odom", 0.0)], is_static=True, arrived_s=T0)
+        policy.on_tf([tf("odom", "robot0/base_link", T0, x=1.0),
+                      tf("odom", "robot1/base_link", T0, x=-4.0, y=2.0)], arrived_s=T0)
+        pose = policy.poses.tf_pose_at(T0)
+        got[robot] = (pose.x, pose.y, pose.frame)
+    assert got == {"robot0": (1.0, 0.0, "map"), "robot1": (-4.0, 2.0, "map")}

@@ -92,3 +92,66 @@ def test_default_file_repeats_the_declared_defaults():
              for section, body in data.items()
              for key, value in body["ros__parameters"].items() if value != table[key][0]}
     assert drift == {}
+
+
+# -- the Go2 driver stacks' profiles --------------------------------------------------------
+def test_go2_is_the_go2_ros2_sdk_profile():
+    """config/go2.yaml (its older name) loads exactly as config/go2_ros2_sdk.yaml."""
+    assert ((ROOT / "config" / "go2.yaml").read_bytes()
+            == (ROOT / "config" / "go2_ros2_sdk.yaml").read_bytes())
+
+
+def test_go2_ros2_sdk_profile_sets_the_drivers_topics_and_waits(engine):
+    ctx, server, recorder = _nodes(
+        engine, ["--ros-args", "--params-file", str(ROOT / "config" / "go2_ros2_sdk.yaml")])
+    try:
+        stats = recorder.stats()
+        assert {s: stats[s]["topic"] for s in ("camera", "lidar", "odom")} == {
+            "camera": "/camera/image_raw", "lidar": "/point_cloud2", "odom": "/odom"}
+        assert recorder.policy.settings["tf_wait_s"] == 4.0  # odometry 2-3 s late
+        assert recorder.policy.settings["camera_mount_x"] == pytest.approx(0.33)
+        assert recorder.policy.settings["sensor_reliability"] == "best_effort"
+    finally:
+        recorder.close()
+        recorder.destroy_node()
+        server.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_unitree_ros2_profile_has_no_camera_and_mounts_the_lidar(engine):
+    ctx, server, recorder = _nodes(
+        engine, ["--ros-args", "--params-file", str(ROOT / "config" / "unitree_ros2.yaml")])
+    try:
+        stats = recorder.stats()
+        assert stats["camera"] == {**stats["camera"], "status": "not_configured", "topic": None}
+        assert stats["lidar"]["topic"] == "/utlidar/cloud"
+        assert stats["odom"]["topic"] == "/utlidar/robot_odom"
+        assert server.get_parameter("odom_topic").value == "/utlidar/robot_odom"
+        mount = recorder.poses.buffer.lookup("base_link", "utlidar_lidar", 0.0)
+        assert (mount.x, mount.z) == (pytest.approx(0.28945), pytest.approx(-0.046825))
+    finally:
+        recorder.close()
+        recorder.destroy_node()
+        server.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_robot_prefix_prefixes_the_profiles_topics_and_frames(engine, tmp_path):
+    """One of several robots: /robot1/... topics and robot1/base_link for both nodes' poses;
+    map (and odom, the frame every robot's odometry shares) stay unprefixed."""
+    text = (ROOT / "config" / "go2_ros2_sdk.yaml").read_text()
+    robot1 = tmp_path / "robot1.yaml"
+    robot1.write_text(text.replace('robot_prefix: ""', "robot_prefix: robot1"))
+    ctx, server, recorder = _nodes(engine, ["--ros-args", "--params-file", str(robot1)])
+    try:
+        stats = recorder.stats()
+        assert {s: stats[s]["topic"] for s in ("camera", "lidar", "odom")} == {
+            "camera": "/robot1/camera/image_raw", "lidar": "/robot1/point_cloud2",
+            "odom": "/robot1/odom"}
+        for poses in (recorder.poses, server.poses):
+            assert (poses.world_frame, poses.base_frame) == ("map", "robot1/base_link")
+    finally:
+        recorder.close()
+        recorder.destroy_node()
+        server.destroy_node()
+        rclpy.shutdown(context=ctx)

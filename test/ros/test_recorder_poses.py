@@ -203,3 +203,57 @@ def test_simulator_header_times_beside_a_wall_clock_share_one_timeline(recorder,
     assert len(rows) >= 5  # keyframes every 0.5 m of travel (min_distance 0.01 here)
     assert all((r["pose"]["frame"], r["pose"]["source"]) == ("map", "tf") for r in rows)
     assert all(now - 60 < r["t"] <= now for r in rows)
+
+
+def _tf_static(parent: str, child: str) -> bytes:
+    return _tf(parent, child, 0.0, 0.0)
+
+
+def test_go2_ros2_sdk_tf_topology_poses_rows_and_reports_the_kind_change(recorder):
+    """go2_ros2_sdk: robot_state_publisher latches map -> odom and odom -> base_link as
+    identities on /tf_static, the driver then publishes odom -> base_link on /tf. Rows get
+    the driver's poses (not all (0, 0)), and /memory/recorder_stats says a frame changed kind."""
+    recorder.poses.on_tf_static(_tf_static("map", "odom"))
+    recorder.poses.on_tf_static(_tf_static("odom", "base_link"))
+    t0 = time.time()
+    for i in range(4):
+        recorder.poses.on_tf(_tf("odom", "base_link", 0.5 * i, t0 + 0.1 * i))
+        recorder._on_odom(_odom(0.5 * i, t0 + 0.1 * i))
+    rows = _odom_rows(recorder)
+    assert [(r["pose"]["x"], r["pose"]["frame"], r["pose"]["source"]) for r in rows] == [
+        (0.5 * i, "map", "tf") for i in range(4)]
+    tf_stats = recorder.stats()["tf"]
+    assert tf_stats["tf_kind_changes"] == 1 and tf_stats["tf_rejected"] == {}
+    json.dumps(recorder.stats())  # what goes out on /memory/recorder_stats
+
+
+def _lidar_rows(rec: MemoryRecorder) -> list[dict]:
+    assert rec.drain(30.0)
+    answer = rec.engine.search_dict(json.dumps({"stream": "lidar", "k": 100,
+                                                "order_by": "time"}))
+    assert answer["ok"], answer
+    return answer["results"]
+
+
+@pytest.mark.parametrize("recorder", [["-p", "lidar_topic:=/utlidar/cloud"]], indirect=True)
+def test_a_lidar_clock_an_hour_off_without_tf_is_posed_by_odometry_at_arrival(recorder):
+    """Issue 28's second case: no TF, odometry stamped on arrival, a lidar whose clock is an
+    hour off. Its rows are stored at arrival time and posed from odometry at that time (they
+    were all stored without a pose, and nothing said so)."""
+    import numpy as np
+
+    from memory_node.ros.pointcloud import make_cloud
+
+    t0 = time.time()
+    for i in range(12):
+        t = t0 + 0.05 * i
+        recorder._on_odom(_odom(0.1 * i, t))
+        if i % 3 == 2:
+            recorder._on_sensor("lidar", make_cloud(np.array([[1.0, 0.0, 0.2]]),
+                                                    "utlidar_lidar", t - 3600.0))
+        time.sleep(0.05)
+    rows = _lidar_rows(recorder)
+    assert len(rows) == 4 and recorder.counters["lidar"].no_pose == 0
+    assert all(r["pose"]["frame"] == "odom" and r["pose"]["source"].startswith("odom")
+               for r in rows)
+    assert all(abs(r["t"] - t0) < 30 for r in rows)  # the node clock, not an hour ago

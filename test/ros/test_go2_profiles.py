@@ -1,0 +1,20 @@
+"""The Go2 driver stacks' profiles in a real `memory-node` process: what its start line says it
+records, with the prefix of one of several robots. (The profiles' contents are checked in
+test_launch_config.py; replays of each stack's recordings run in test/e2e.)"""
+
+from __future__ import annotations
+
+
+def test_memory_node_with_a_robot_prefix_records_that_robots_topics(ros_process, tmp_path):
+    proc = ros_process(["-m", "memory_node.ros.main", "--config", "go2_ros2_sdk.yaml",
+                        "--memory-dir", str(tmp_path / "m"), "--robot-prefix", "robot1"])
+    proc.wait_for_line(r"\[memory_recorder\]: recording camera /robot1/camera/image_raw, lidar "
+                       r"/robot1/point_cloud2, odom /robot1/odom", timeout=120)
+    proc.wait_for_line(r"active: /memory/search", timeout=120)
+
+
+def test_memory_node_with_the_unitree_profile_records_no_camera(ros_process, tmp_path):
+    proc = ros_process(["-m", "memory_node.ros.main", "--config", "unitree_ros2.yaml",
+                        "--memory-dir", str(tmp_path / "m")])
+    line = proc.wait_for_line(r"\[memory_recorder\]: recording .*", timeout=120).group(0)
+    assert "camera" not in line and "lidar /utlidar/cloud, odom /utlidar/robot_odom" in line
