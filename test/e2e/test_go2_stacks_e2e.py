@@ -60,14 +60,19 @@ def _sample(tmp: Path, profile: str, duration: float, robots: int = 1) -> Sample
     return Sample(Path(info.bag_dir), info.ground_truth)
 
 
-def _node(profile: str, memory_dir: Path, logs: Path, name: str,
-          ros_args: tuple[str, ...] = ()) -> NodeProcess:
+def _spawn(profile: str, memory_dir: Path, logs: Path, name: str,
+           ros_args: tuple[str, ...] = ()) -> NodeProcess:
+    """memory-node with the profile's parameter file (not yet waited for)."""
     args = ["-m", "memory_node.ros.main", "--config", str(CONFIG / f"{profile}.yaml"),
             "--memory-dir", str(memory_dir), "--use-sim-time"]
     if ros_args:
         args += ["--ros-args", *ros_args]
     logs.mkdir(parents=True, exist_ok=True)
-    node = NodeProcess(args, dict(os.environ), logs / f"{name}.log")
+    return NodeProcess(args, dict(os.environ), logs / f"{name}.log")
+
+
+def _node(profile: str, memory_dir: Path, logs: Path, name: str) -> NodeProcess:
+    node = _spawn(profile, memory_dir, logs, name)
     try:
         node.wait_for("recording", timeout=120)
     except BaseException:
@@ -265,15 +270,15 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
 
 
 def test_two_prefixed_robots_each_store_their_own(tmp_path: Path) -> None:
-    """go2_ros2_sdk's multi-robot mode, 30 s at 3x into two memory-node processes (started
-    side by side): about 6 s to generate, 10 s to replay."""
-    sample = _sample(tmp_path / "sample", "go2_ros2_sdk", 30.0, robots=2)
+    """go2_ros2_sdk's multi-robot mode, 24 s at 3x into two memory-node processes (started
+    side by side): about 6 s to generate, 8 s to replay."""
+    sample = _sample(tmp_path / "sample", "go2_ros2_sdk", 24.0, robots=2)
     dirs = [tmp_path / f"memory{i}" for i in (0, 1)]
-    nodes: list[NodeProcess] = []
+    nodes = [_spawn("go2_ros2_sdk", dirs[i], tmp_path / "logs", f"robot{i}",
+                    ("-p", f"robot_prefix:=robot{i}")) for i in (0, 1)]
     try:
-        for i in (0, 1):
-            nodes.append(_node("go2_ros2_sdk", dirs[i], tmp_path / "logs", f"robot{i}",
-                               ("-p", f"robot_prefix:=robot{i}")))
+        for node in nodes:
+            node.wait_for("recording", timeout=120)
         session = Session(dirs[0], dict(os.environ), tmp_path / "logs")
         topics = ["/tf_static", "/tf"] + [f"/robot{i}/{name}" for i in (0, 1) for name in
                                           ("odom", "point_cloud2", "camera/image_raw")]
