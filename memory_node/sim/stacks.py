@@ -12,8 +12,9 @@ go2_ros2_sdk, one robot:
 - `/tf_static`: robot_state_publisher latches every fixed joint of go2.urdf first, including
   the identities map -> odom and odom -> base_link;
 - `/tf`: the driver's odom -> base_link at 17 Hz; slam_toolbox's map -> odom, published every
-  20 ms with the stamp of the last scan it matched plus `transform_timeout` (0.2 s), so most
-  messages repeat a stamp (its TF_REPEATED_DATA) and the newest one lies ahead of the clock;
+  20 ms with the stamp of the last scan it received plus `transform_timeout` (0.2 s), so most
+  messages repeat a stamp (its TF_REPEATED_DATA) and the newest one lies ahead of the clock,
+  while its value changes only when a scan is matched (every 0.5 s);
   robot_state_publisher's leg joints below base_link at 1 Hz;
 - `/odom`: pose only (twist and covariances zero), the same samples as the driver's TF, but
   arriving in bursts (2-4 messages 1 ms apart, about 5 times a second) 2-3 s after their
@@ -92,6 +93,7 @@ SLAM_PERIOD = 0.02  # transform_publish_period
 SLAM_MIN_INTERVAL = 0.5  # minimum_time_interval between matched scans
 SLAM_TIMEOUT = 0.2  # transform_timeout: map -> odom is stamped this far after its scan
 SLAM_LATENCY = 0.1  # time to match a scan
+SCAN_LATENCY = 0.01  # pointcloud_to_laserscan: /point_cloud2 -> /scan
 CLOUD_RATE = 7.0
 VOXEL = 0.05  # the voxel map's resolution
 CHUNK_HALF = 3.2  # the chunk: 128 voxels of 5 cm around the robot (m, half width)
@@ -450,27 +452,34 @@ class _Go2:
             self.add(t + LATENCY["camera"], 7, info_topic, info)
 
     def slam(self, run: RobotRun) -> None:
-        """slam_toolbox: map -> odom every 20 ms, stamped with the last matched scan's time
-        plus transform_timeout; scans matched at most every minimum_time_interval."""
+        """slam_toolbox's publishTransformLoop: map -> odom every 20 ms, stamped with the last
+        scan it received plus transform_timeout (the stamp advances with /scan, ~7 Hz, and
+        repeats in between); the value changes only when a scan is matched, at most every
+        minimum_time_interval, SLAM_LATENCY after that scan."""
         gen, m = self.gen, self.m
+        scans = _ticks(CLOUD_RATE, 0.05, self.world.duration)
+        received = scans + LATENCY["cloud"] + SCAN_LATENCY
         matched: list[float] = []
-        for s in _ticks(CLOUD_RATE, 0.05, self.world.duration).tolist():
+        for s in scans.tolist():
             if not matched or s - matched[-1] >= SLAM_MIN_INTERVAL - 1e-9:
                 matched.append(s)
-        k = -1
-        corrections = run.map_to_odom(np.array(matched)) if matched else np.zeros((0, 3))
+        corrections = run.map_to_odom(np.array(matched))
+        j = k = -1
         for p in _ticks(1.0 / SLAM_PERIOD, 0.007, self.world.duration).tolist():
+            while j + 1 < len(scans) and received[j + 1] <= p:
+                j += 1
             while k + 1 < len(matched) and matched[k + 1] + SLAM_LATENCY <= p:
                 k += 1
-            if k < 0:
+            if j < 0 or k < 0:
                 continue
-            s, c = matched[k], corrections[k]
+            stamp, c = float(scans[j]) + SLAM_TIMEOUT, corrections[k]
 
-            def slam(s: float = s, c: np.ndarray = c) -> Any:
-                return m.TFMessage([m.transform(gen._ns(s + SLAM_TIMEOUT), "map", "odom",
+            def slam(stamp: float = stamp, c: np.ndarray = c) -> Any:
+                return m.TFMessage([m.transform(gen._ns(stamp), "map", "odom",
                                                 (c[0], c[1], 0.0), gen._quat_yaw(float(c[2])))])
 
             self.add(p + LATENCY["slam"], 8, self.tf, slam)
+
 
 def _go2_frames(runs: list[RobotRun], multi: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}

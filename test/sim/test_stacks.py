@@ -120,8 +120,9 @@ def test_go2_tf_chain_gives_the_true_pose(go2) -> None:
         a = np.array([np.interp(t, mo_t, mo[:, i]) for i in range(3)])
         b = np.array([np.interp(t, ob_t, ob[:, i]) for i in range(3)])
         err.append(float(np.hypot(*(compose(a, b)[0, :2] - true[:2]))))
-    # 15 s of tour is 10x time-compressed: SLAM's correction, stamped 0.2 s late, lags more
-    assert len(err) > 100 and np.median(err) < 0.02 and max(err) < 0.15
+    # SLAM's correction lags (matched every 0.5 s, stamped with later scans), and 15 s of tour
+    # is 10x time-compressed, so odometry drifts 10x faster in between
+    assert len(err) > 100 and np.median(err) < 0.05 and max(err) < 0.3
     assert not np.allclose(mo[-1], mo[0]), "SLAM's correction never changes"
 
 
@@ -134,7 +135,7 @@ def test_go2_slam_stamps_repeat_and_lead(go2) -> None:
             if tr.child_frame_id == "odom":
                 stamps.append(_t(tr.header, epoch))
                 lead.append(stamps[-1] - recv)
-    assert len(stamps) > 40 * len(set(stamps)) / 2  # ~25 messages per matched scan
+    assert len(stamps) > 5 * len(set(stamps))  # ~7 messages per stamp: 50 Hz, scans at 7 Hz
     assert max(lead) > 0.05  # the newest map -> odom lies ahead of the clock
 
 
