@@ -304,12 +304,19 @@ class PoseHistory:
         """TF world ← base exactly at the stamp (interpolated, never clamped), and whether a
         transform for it may still come: not when the stamp lies before the data an edge holds
         or in a gap of it, which later /tf messages do not fill (a message that came before
-        the first transform, lost /tf samples)."""
+        the first transform, lost /tf samples).
+
+        A chain of static transforms only is not a moving robot's pose yet: go2_ros2_sdk's
+        URDF latches map -> odom -> base_link as identities before its driver publishes the
+        real odom -> base_link, so that answer is "may still come" (after the bounded wait,
+        `pose_at` takes it)."""
         try:
             tr = self.buffer.lookup(self.world_frame, self.base_frame, stamp_s, 0.0)
         except ExtrapolationError as exc:
             return None, exc.direction not in ("past", "gap")
         except TransformError:
+            return None, True
+        if not self._chain_moves():
             return None, True
         return Pose(tr.x, tr.y, tr.z, tr.yaw, self.world_frame, "tf"), True
 
@@ -317,9 +324,21 @@ class PoseHistory:
         """Whether TF links the world frame to the base frame at all (at its latest time)."""
         return self.tf_pose_at(None) is not None
 
+    def has_moving_world_pose(self) -> bool:
+        """Whether TF links world and base through at least one /tf (dynamic) transform."""
+        return self.has_world_pose() and self._chain_moves()
+
+    def _chain_moves(self) -> bool:
+        return any(self.buffer.is_dynamic(frame) for frame in self._tf_chain())
+
     def pose_at(self, stamp_s: float | None) -> Pose | None:
-        """TF at the stamp (within the tolerance) → odometry at the stamp → None."""
-        return self.tf_pose_at(stamp_s) or self.odom_pose_at(stamp_s)
+        """TF at the stamp (within the tolerance) → odometry at the stamp → None. Odometry
+        comes first while TF links world and base by static transforms only (a URDF's fixed
+        identities, no driver on /tf)."""
+        tf = self.tf_pose_at(stamp_s)
+        if tf is not None and not self._chain_moves():
+            return self.odom_pose_at(stamp_s) or tf
+        return tf or self.odom_pose_at(stamp_s)
 
     def lookup(self, frame: str, stamp_s: float) -> Transform | None:
         """world ← `frame` at the stamp (within the tolerance), or None."""
@@ -333,6 +352,8 @@ class PoseHistory:
         `age_s`, the age of the newest sample it used, and `stale` past max_pose_age_s."""
         now = self.clock()
         pose = self.tf_pose_at(None)
+        if pose is not None and not self._chain_moves() and self.odom_at(None) is not None:
+            pose = None  # static transforms only: odometry says where the robot is
         keys = self._tf_chain() if pose is not None else ["odom"]
         if pose is None:
             pose = self.odom_pose_at(None)

@@ -36,7 +36,7 @@ from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
 from memory_node.core.types import Pose, View
 from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
 from memory_node.ros.geometry import stamp_to_seconds
-from memory_node.ros.tf_buffer import Transform
+from memory_node.ros.tf_buffer import Transform, TransformError
 
 STREAMS = ("camera", "lidar", "odom")
 
@@ -405,15 +405,13 @@ class RecorderPolicy:
     def _frame_in_pose_frame(self, frame: str, job: Job) -> Transform | None:
         """pose frame <- `frame` at the job's stamp: TF world <- frame when TF has it, else
         the job's pose (odometry, in its frame) composed with base <- frame (a mount)."""
-        from memory_node.ros.tf_buffer import Transform, TransformError
-
         tr = self.poses.lookup(frame, job.lookup_t)
         if tr is not None or job.pose is None:
             return tr
         pose = job.pose
-        base = Transform.from_xyz_yaw(pose.x, pose.y, pose.yaw, pose.z)
         if frame == pose.frame:
             return Transform.identity()
+        base = Transform.from_xyz_yaw(pose.x, pose.y, pose.yaw, pose.z)
         try:
             mount = self.poses.buffer.lookup(self.poses.base_frame, frame, job.lookup_t,
                                              self.poses.tolerance_s)
@@ -437,8 +435,6 @@ class RecorderPolicy:
         chunk in odom, not a scan) its range tags measured from the robot's position there —
         left out when that position is unknown. A sensor-frame cloud keeps the ranges from
         its origin (the engine's default)."""
-        from memory_node.ros.tf_buffer import TransformError
-
         frame = str(getattr(job.msg.header, "frame_id", "") or "").lstrip("/")
         if not frame:
             return {}

@@ -42,7 +42,7 @@ RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
     "batch_size": (4, "camera frames embedded per call"),
     "sensor_reliability": ("best_effort", "best_effort or reliable"),
     "stats_period_s": (5.0, "how often /memory/recorder_stats is published (s)"),
-    "tf_wait_s": (2.0, "how long a message waits for a late transform (wall s)"),
+    "tf_wait_s": (2.0, "how long a message waits for late TF or odometry (wall s)"),
     "stamp_source": ("auto", "header, receipt, or auto (header unless far from the node clock)"),
     "stamp_max_offset_s": (60.0, "auto: header stamps further than this from the clock are "
                            "replaced by the receipt time (s)"),

@@ -129,6 +129,9 @@ class PoseSource(Protocol):
     def has_world_pose(self) -> bool:
         """Whether TF links the world and base frames at all."""
 
+    def has_moving_world_pose(self) -> bool:
+        """... through at least one dynamic (/tf) transform."""
+
     @property
     def latest_odom_stamp(self) -> float | None:
         """The newest odometry sample's stamp, None before any."""
@@ -141,8 +144,9 @@ class PoseResolver:
 
     No wait while no transform has arrived since a wait last ran out (a robot without TF, or
     whose TF stopped, pays for one wait, not one per message), nor once TF has flowed for
-    `wait_s` without ever linking world and base (odometry and no map), nor for a stamp TF
-    will never cover (before its first sample, inside a gap).
+    `wait_s` without ever linking world and base through a /tf transform (odometry and no
+    map; static transforms only), nor for a stamp TF will never cover (before its first
+    sample, inside a gap).
 
     Without TF world ← base, odometry is the pose: a message newer than the newest odometry
     sample waits (the same `wait_s`) for the odometry that covers its stamp — a driver whose
@@ -194,17 +198,17 @@ class PoseResolver:
 
     def _odom_expected(self, stamp: float) -> bool:
         """Whether odometry covering the stamp may still come: the pose will be odometry's
-        (no TF world ← base), odometry flows, and its newest sample is older than the stamp
-        (and not the one a wait already ran out at)."""
+        (no TF world ← base through a /tf transform), odometry flows, and its newest sample
+        is older than the stamp (and not the one a wait already ran out at)."""
         latest = self.source.latest_odom_stamp
         if latest is None or latest >= stamp or latest == self._odom_stalled_at:
             return False
-        return not self.source.has_world_pose()
+        return not self.source.has_moving_world_pose()
 
     def _tf_expected(self) -> bool:
         source = self.source
         if self._stalled_at == (source.last_tf_wall,):
             return False
-        if source.first_tf_wall is None or source.has_world_pose():
+        if source.first_tf_wall is None or source.has_moving_world_pose():
             return True
         return self.clock() - source.first_tf_wall < self.wait_s

@@ -455,6 +455,11 @@ class TransformBuffer:
             out.update({child: e.latest().parent for child, e in self._dynamic.items()})
             return out
 
+    def is_dynamic(self, frame: str) -> bool:
+        """Whether the frame's edge to its parent comes from /tf (not /tf_static)."""
+        with self._lock:
+            return _clean_frame(frame) in self._dynamic
+
     def has_frame(self, frame: str) -> bool:
         frame = _clean_frame(frame)
         with self._lock:

@@ -327,3 +327,35 @@ def test_two_robots_on_one_tf_tree_each_get_their_own_poses(engine):
         pose = policy.poses.tf_pose_at(T0)
         got[robot] = (pose.x, pose.y, pose.frame)
     assert got == {"robot0": (1.0, 0.0, "map"), "robot1": (-4.0, 2.0, "map")}
+
+
+def test_a_frame_before_the_drivers_first_transform_is_not_posed_at_the_urdf_identity(engine):
+    """go2_ros2_sdk starting up: robot_state_publisher has latched map -> odom -> base_link
+    as identities; a frame that comes before the driver's first odom -> base_link must wait
+    for it, not be stored at the odom origin."""
+    policy = RecorderPolicy.offline({"tf_wait_s": 4.0, "min_distance": 0.0,
+                                     "max_interval": 0.0}, engine)
+    go2_urdf_statics(policy, T0 - 1.0)
+    policy.on_message("lidar", cloud([(1.0, 0.0, 0.2)], T0, "odom"), arrived_s=T0 + 0.01)
+    assert policy.waiting == 1  # the identities are no moving robot's pose
+    for i in range(1, 6):  # the driver starts at T0 + 0.06, robot at x = 3.7
+        t = T0 + 0.06 * i
+        policy.on_tf([tf("odom", "base_link", t, x=3.7 + 0.01 * i)], arrived_s=t + 0.01)
+    policy.flush()
+    [row] = rows(engine, "lidar")
+    assert row["pose"]["source"] == "tf" and row["pose"]["x"] == pytest.approx(3.71)
+
+
+def test_static_identities_and_odometry_only_take_the_odometry(engine):
+    """A driver that publishes /odom but no /tf beside the URDF's identities: rows take the
+    odometry's pose, not the identities' (0, 0)."""
+    policy = RecorderPolicy.offline({"tf_wait_s": 1.0, "min_distance": 0.0,
+                                     "max_interval": 0.0}, engine)
+    go2_urdf_statics(policy, T0 - 1.0)
+    for i in range(30):
+        t = T0 + 0.1 * i
+        policy.on_odom(odom(2.0 + 0.05 * i, t), arrived_s=t)
+    policy.flush()
+    got = rows(engine)
+    assert [r["pose"]["x"] for r in got] == pytest.approx([2.0 + 0.05 * i for i in range(30)])
+    assert {(r["pose"]["frame"], r["pose"]["source"]) for r in got} == {("map", "odom")}

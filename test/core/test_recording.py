@@ -61,6 +61,9 @@ class FakeTf:
     def has_world_pose(self) -> bool:
         return self.links_world and bool(self._arrived())
 
+    def has_moving_world_pose(self) -> bool:
+        return self.has_world_pose()
+
 
 @pytest.fixture
 def setup():
