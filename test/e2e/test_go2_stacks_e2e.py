@@ -71,14 +71,19 @@ def _spawn(profile: str, memory_dir: Path, logs: Path, name: str,
     return NodeProcess(args, dict(os.environ), logs / f"{name}.log")
 
 
-def _node(profile: str, memory_dir: Path, logs: Path, name: str) -> NodeProcess:
-    node = _spawn(profile, memory_dir, logs, name)
+def _generate_while_starting(nodes: list[NodeProcess], out: Path, profile: str,
+                             duration: float, robots: int = 1) -> Sample:
+    """The sample, generated while the nodes start; returns once every node records. The
+    nodes are stopped if either step fails."""
     try:
-        node.wait_for("recording", timeout=120)
+        sample = _sample(out, profile, duration, robots)
+        for node in nodes:
+            node.wait_for("recording", timeout=120)
     except BaseException:
-        node.stop()
+        for node in nodes:
+            node.stop()
         raise
-    return node
+    return sample
 
 
 def _rows(memory_dir: Path, stream: str) -> list[Observation]:
@@ -132,11 +137,12 @@ def _streams(client: RosClient) -> dict[str, Any]:
 def go2_run(tmp_path_factory: pytest.TempPathFactory):
     """The go2_ros2_sdk sample (110 s, long enough for the demo's "60 s ago" question) replayed
     into memory-node with config/go2_ros2_sdk.yaml, the demo's scripted agent remembering the
-    person at the door on the way. About 13 s to generate, 37 s to replay."""
+    person at the door on the way. About 13 s to generate (while the node starts), 28 s to
+    replay at 4x."""
     tmp = tmp_path_factory.mktemp("go2")
-    sample = _sample(tmp / "sample", "go2_ros2_sdk", 110.0)
     memory_dir = tmp / "memory"
-    node = _node("go2_ros2_sdk", memory_dir, tmp / "logs", "memory-node")
+    node = _spawn("go2_ros2_sdk", memory_dir, tmp / "logs", "memory-node")
+    sample = _generate_while_starting([node], tmp / "sample", "go2_ros2_sdk", 110.0)
     session = Session(memory_dir, dict(os.environ), tmp / "logs")
     session.procs = [node]
     client = RosClient(use_sim_time=True, timeout_s=20.0)
@@ -155,7 +161,7 @@ def go2_run(tmp_path_factory: pytest.TempPathFactory):
             if math.hypot(pose.x - person["x"], pose.y - person["y"]) <= 3.0:
                 result["remembered"] = skills["remember"].call(note=ALICE_NOTE)
 
-        session.replay(sample.bag, RATE, ["--topics", "/tf_static", "/tf", "/odom",
+        session.replay(sample.bag, 4.0, ["--topics", "/tf_static", "/tf", "/odom",
                                           "/point_cloud2", "/camera/image_raw"], at_the_door)
         wait_until_settled(client)
         result["streams"] = _streams(client)
@@ -243,9 +249,9 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     robot's speed (the tour is time-compressed to 1.7 m/s here). So 95 % of the rows, not
     all, must lie within POSE_MAX_M; the median stays under POSE_MEDIAN_M.
     """
-    sample = _sample(tmp_path / "sample", "unitree_ros2", 45.0)
     memory_dir = tmp_path / "memory"
-    node = _node("unitree_ros2", memory_dir, tmp_path / "logs", "memory-node")
+    node = _spawn("unitree_ros2", memory_dir, tmp_path / "logs", "memory-node")
+    sample = _generate_while_starting([node], tmp_path / "sample", "unitree_ros2", 45.0)
     session = Session(memory_dir, dict(os.environ), tmp_path / "logs")
     session.procs = [node]
     client = RosClient(use_sim_time=True, timeout_s=20.0)
@@ -272,13 +278,11 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
 def test_two_prefixed_robots_each_store_their_own(tmp_path: Path) -> None:
     """go2_ros2_sdk's multi-robot mode, 24 s at 3x into two memory-node processes (started
     side by side): about 6 s to generate, 8 s to replay."""
-    sample = _sample(tmp_path / "sample", "go2_ros2_sdk", 24.0, robots=2)
     dirs = [tmp_path / f"memory{i}" for i in (0, 1)]
     nodes = [_spawn("go2_ros2_sdk", dirs[i], tmp_path / "logs", f"robot{i}",
                     ("-p", f"robot_prefix:=robot{i}")) for i in (0, 1)]
+    sample = _generate_while_starting(nodes, tmp_path / "sample", "go2_ros2_sdk", 24.0, 2)
     try:
-        for node in nodes:
-            node.wait_for("recording", timeout=120)
         session = Session(dirs[0], dict(os.environ), tmp_path / "logs")
         topics = ["/tf_static", "/tf"] + [f"/robot{i}/{name}" for i in (0, 1) for name in
                                           ("odom", "point_cloud2", "camera/image_raw")]
