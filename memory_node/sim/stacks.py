@@ -10,7 +10,8 @@ unitreerobotics/unitree_ros2 (`README.md`).
 
 go2_ros2_sdk, one robot:
 - `/tf_static`: robot_state_publisher latches every fixed joint of go2.urdf first, including
-  the identities map -> odom and odom -> base_link;
+  the identities map -> odom and odom -> base_link, stamped when it started (with the launch,
+  RSP_LEAD before the driver streams);
 - `/tf`: the driver's odom -> base_link at 17 Hz; slam_toolbox's map -> odom, published every
   20 ms with the stamp of the last scan it received plus `transform_timeout` (0.2 s), so most
   messages repeat a stamp (its TF_REPEATED_DATA) and the newest one lies ahead of the clock,
@@ -22,9 +23,11 @@ go2_ros2_sdk, one robot:
 - `/point_cloud2`: the decoded voxel map chunk in frame `odom` (not a scan): the flat's
   surfaces on a 5 cm grid within 3.2 m of the robot, 7 Hz, best effort, depth 1;
 - `/camera/image_raw`: bgr8, frame `front_camera` (a link of the URDF, optical axes), 15 Hz,
-  best effort, depth 1, with `/camera/camera_info`. The driver's frames are 1280x720; the
-  sample renders the flat's usual 320x240 pinhole so every ground-truth answer about views
-  holds (the recorder's handling of a raw bgr8 image does not depend on its size).
+  best effort, depth 1, with `/camera/camera_info`. The driver's frames are 1280x720 with a
+  73 degree field of view; the sample renders the flat's usual 320x240, 90 degree pinhole, so
+  every ground-truth answer about views and the person holds (the recorder's handling of a
+  raw bgr8 image does not depend on its size; a profile's 73 degree views are narrower than
+  the rendered images, never wider).
 Several robots (`robots` > 1, the driver's multi-robot mode): topics `/robotN/...`, frames
 `robotN/base_link`, `robotN/front_camera`, ... (map and odom are shared and unprefixed, as in
 multi_go2.urdf), clouds still in `odom`; no SLAM (slam_toolbox's base_frame is base_link, which
@@ -37,7 +40,10 @@ unitree_ros2: no TF at all; `/utlidar/robot_odom` (odom -> base_link, twist fill
 header stamps; `/utlidar/cloud` in frame `utlidar_lidar` (x, y, z, intensity, ring, time;
 point_step 32), which nothing links to base_link (the sensor sits where go2.urdf's
 `radar_joint` puts it, pitched 2.8782 rad); no sensor_msgs/Image (the front camera is H.264 on
-`/frontvideostream`, a vendor type, left out).
+`/frontvideostream`, a vendor type, left out). unitree_ros2's sources document neither the
+rates, the QoS nor the cloud's field offsets: the sample uses 20 Hz odometry, 15 Hz clouds,
+reliable depth 10, and PCL's aligned layout (x, y, z at 0, 4, 8; intensity float32 at 16; ring
+uint16 at 20; time float32 at 24).
 """
 
 from __future__ import annotations
@@ -164,7 +170,7 @@ class RobotRun:
         return compose(self.truth(t), invert(self.odom_at(t)))
 
 
-def make_robots(world: Any, profile: str, robots: int, rate: float) -> list[RobotRun]:
+def make_robots(world: Any, robots: int, rate: float) -> list[RobotRun]:
     """The robots of a recording; odometry seeded per robot. Each robot's odom frame is the
     flat's frame (it booted at the flat's origin and walked to where the recording starts), so
     odometry starts at the true start pose: SLAM's map -> odom starts at the identity the URDF
@@ -567,9 +573,9 @@ def write_stack_bag(gen: Any, world: Any, bag_dir: Path, fmt: str, profile: str,
     """Write a driver stack's recording; return the camera frames of robot 0 and what the
     ground truth needs."""
     if profile == "go2_ros2_sdk":
-        runs = make_robots(world, profile, robots, DRIVER_RATE)
+        runs = make_robots(world, robots, DRIVER_RATE)
     else:
-        runs = make_robots(world, profile, 1, UNITREE_ODOM_RATE)
+        runs = make_robots(world, 1, UNITREE_ODOM_RATE)
     frames: list[Any] = []
     clouds: list[dict[str, Any]] = []
     if profile == "go2_ros2_sdk":
