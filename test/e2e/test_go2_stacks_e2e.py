@@ -13,8 +13,8 @@ config/<profile>.yaml`, the stored rows checked against the generator's ground t
 - go2_ros2_sdk's multi-robot mode: two memory-node processes, `robot_prefix` robot0 and robot1,
   each storing only its robot's rows, posed where that robot was.
 
-Recordings are short and replayed at RATE x; the three tests take about 2-3 minutes on a loaded
-2-core machine (each says what it spends its time on).
+Recordings are short and replayed at 3-4x (each test says what it spends its time on); about
+3 minutes in all on a heavily loaded 2-core machine, most of it waiting for the replays.
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def test_go2_demo_questions_answered_right(go2_run) -> None:
 
 
 def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
-    """45 s of recording at 2x: about 23 s of replay after a 4 s generation.
+    """45 s of recording at 3x: about 15 s of replay; generated while the node starts.
 
     /utlidar/robot_odom carries no stamps, so odometry is stamped on arrival: a callback that
     runs late (a loaded machine) stamps late, by its delay times the replay rate times the
@@ -256,7 +256,7 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     session.procs = [node]
     client = RosClient(use_sim_time=True, timeout_s=20.0)
     try:
-        session.replay(sample.bag, 2.0, ["--topics", "/utlidar/robot_odom", "/utlidar/cloud"])
+        session.replay(sample.bag, RATE, ["--topics", "/utlidar/robot_odom", "/utlidar/cloud"])
         wait_until_settled(client)
         answer = _streams(client)
     finally:
