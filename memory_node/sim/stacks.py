@@ -32,7 +32,8 @@ Several robots (`robots` > 1, the driver's multi-robot mode): topics `/robotN/..
 `robotN/base_link`, `robotN/front_camera`, ... (map and odom are shared and unprefixed, as in
 multi_go2.urdf), clouds still in `odom`; no SLAM (slam_toolbox's base_frame is base_link, which
 no robot has in that mode), so map -> odom stays the latched identity and each robot's
-odometry is its pose in the shared odom frame. Robot 1 walks the tour backwards.
+odometry is its pose in the shared odom frame. Robots 1, 2, ... walk the tour backwards
+(each with odometry noise of its own); the ground truth's views and clouds are robot 0's.
 Every robot's odom frame is the flat's frame (it booted at the flat's origin): the identities
 latched at start hold until odometry drifts, and SLAM's correction starts at the identity.
 
