@@ -110,12 +110,13 @@ class SampleInfo:
     elapsed_s: float
 
 
-def _qos(depth: int, durability: QosDurability) -> Qos:
+def _qos(depth: int, durability: QosDurability,
+         reliability: QosReliability = QosReliability.RELIABLE) -> Qos:
     zero = QosTime(0, 0)
     return Qos(
         QosHistory.KEEP_LAST,
         depth,
-        QosReliability.RELIABLE,
+        reliability,
         durability,
         zero,
         zero,
@@ -234,11 +235,11 @@ def _image_message(m: _Messages, ns: int, img: np.ndarray) -> Any:
     return m.Image(m.header(ns, FRAME_OPTICAL), h, w, "rgb8", 0, w * 3, img.reshape(-1))
 
 
-def _camera_info(m: _Messages, ns: int, cam: CameraModel) -> Any:
+def _camera_info(m: _Messages, ns: int, cam: CameraModel, frame: str = FRAME_OPTICAL) -> Any:
     k = np.array(cam.k_matrix())
     p = np.array([cam.fx, 0.0, cam.cx, 0.0, 0.0, cam.fy, cam.cy, 0.0, 0.0, 0.0, 1.0, 0.0])
     return m.CameraInfo(
-        m.header(ns, FRAME_OPTICAL),
+        m.header(ns, frame),
         cam.height,
         cam.width,
         "plumb_bob",
@@ -274,6 +275,9 @@ class _World:
     person_window: tuple[float, float]  # relative seconds
     camera_t: np.ndarray
     lidar_t: np.ndarray
+    camera_xyz: tuple[float, float, float] = CAMERA_XYZ  # the rendering camera in base_link
+    camera: CameraModel = CAMERA
+    camera_rate: float = CAMERA_RATE
 
     def person_at(self, t: float) -> bool:
         return self.person_window[0] <= t < self.person_window[1]
@@ -283,12 +287,14 @@ class _World:
         return compose(base, np.array([xyz[0], xyz[1], 0.0]))[0]
 
 
-def _build_world(seed: int, duration: float) -> _World:
+def _build_world(seed: int, duration: float, camera_rate: float = CAMERA_RATE,
+                 camera_xyz: tuple[float, float, float] = CAMERA_XYZ) -> _World:
     plan = build_flat()
     traj = Trajectory(build_tour(), duration)
     track = simulate_odometry(traj, ODOM_RATE, seed)
     scale = duration / NOMINAL_DURATION
     window = (PERSON_WINDOW_NOMINAL[0] * scale, PERSON_WINDOW_NOMINAL[1] * scale)
+    camera = CAMERA if camera_xyz == CAMERA_XYZ else CameraModel(z=BASE_HEIGHT + camera_xyz[2])
     return _World(
         plan,
         traj,
@@ -296,8 +302,11 @@ def _build_world(seed: int, duration: float) -> _World:
         duration,
         seed,
         window,
-        _ticks(CAMERA_RATE, CAMERA_PHASE, duration),
+        _ticks(camera_rate, CAMERA_PHASE, duration),
         _ticks(LIDAR_RATE, LIDAR_PHASE, duration),
+        camera_xyz,
+        camera,
+        camera_rate,
     )
 
 
@@ -328,17 +337,23 @@ class _FrameRecord:
     base: np.ndarray  # base_link pose (x, y, yaw) in map
 
 
-def _write_bag(world: _World, bag_dir: Path, fmt: str) -> list[_FrameRecord]:
-    """Render, scan and serialize every message into a new bag; return per-frame truth."""
-    m = _Messages()
-    renderer = Renderer(world.plan, CAMERA)
-    lidar = Lidar(world.plan, LIDAR)
+def _open_writer(bag_dir: Path, fmt: str) -> Writer:
+    """A bag writer (not yet opened) with the sample's compression."""
     plugin = StoragePlugin.MCAP if fmt == "mcap" else StoragePlugin.SQLITE3
     writer = Writer(bag_dir, version=Writer.VERSION_LATEST, storage_plugin=plugin)
     if fmt == "mcap":
         writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)  # chunks
     else:
         writer.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    return writer
+
+
+def _write_bag(world: _World, bag_dir: Path, fmt: str) -> list[_FrameRecord]:
+    """Render, scan and serialize every message into a new bag; return per-frame truth."""
+    m = _Messages()
+    renderer = Renderer(world.plan, CAMERA)
+    lidar = Lidar(world.plan, LIDAR)
+    writer = _open_writer(bag_dir, fmt)
     frames: list[_FrameRecord] = []
     odom_cache: dict[int, tuple[Any, Any]] = {}
     luma_w = np.array([0.299, 0.587, 0.114], dtype=np.float32)
@@ -423,7 +438,7 @@ def _door_visible(world: _World, faces: FaceArrays, f: _FrameRecord, max_dist: f
     lateral = -dx * math.sin(yaw) + dy * math.cos(yaw)
     if depth <= 0.2 or math.hypot(dx, dy) > max_dist:
         return False
-    if abs(lateral / depth) > CAMERA.cx / CAMERA.fx * 0.9:
+    if abs(lateral / depth) > world.camera.cx / world.camera.fx * 0.9:
         return False
     # line of sight: the nearest wall along the ray must be the door's wall
     d = np.array([[dx, dy]]) / math.hypot(dx, dy)
@@ -546,13 +561,13 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
         if v is None:
             continue
         u0, v0, u1, v1 = v.bbox
-        px_h = CAMERA.fy * person.height / v.distance
+        px_h = world.camera.fy * person.height / v.distance
         margin = 0.34 * px_h  # half a HOG window's width around the person's centre
         centre = (u0 + u1) / 2
         detectable = (
             v.visible_fraction >= 0.99
             and HOG_RANGE[0] <= v.distance <= HOG_RANGE[1]
-            and margin <= centre <= CAMERA.width - margin
+            and margin <= centre <= world.camera.width - margin
         )
         person_frames.append(
             {
@@ -563,7 +578,7 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
                 "detectable": detectable,
             }
         )
-    lumas = np.array([f.luma for f in frames])
+    lumas = np.array([f.luma for f in frames], dtype=np.float64)
     order = np.argsort(-lumas, kind="stable")[:10]
     brightest = [
         {
@@ -576,7 +591,7 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
         }
         for i in order
     ]
-    dt_cam = 1.5 / CAMERA_RATE
+    dt_cam = 1.5 / world.camera_rate
     walls = pack_faces(plan.wall_faces(), [r.name for r in plan.rooms])
     track = world.track
     odom_in_map0 = compose(track.truth[0], track.odom)  # where odometry alone puts the robot
@@ -677,7 +692,7 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
                 frames, lambda f: f.info.window_fraction >= WINDOW_VIEW_FRACTION, dt_cam
             ),
             "brightest": brightest,
-            "median_luma": _r(float(np.median(lumas)), 2),
+            "median_luma": _r(float(np.median(lumas)), 2) if len(lumas) else None,
         },
         "odometry": {"final_drift_m": _r(drift[-1]), "max_drift_m": _r(drift.max())},
         "topics": {
@@ -718,14 +733,14 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
             },
         },
         "camera": {
-            "width": CAMERA.width,
-            "height": CAMERA.height,
-            "fx": CAMERA.fx,
-            "fy": CAMERA.fy,
-            "cx": CAMERA.cx,
-            "cy": CAMERA.cy,
-            "height_above_floor": _r(CAMERA.z),
-            "hfov_deg": _r(CAMERA.hfov_deg, 2),
+            "width": world.camera.width,
+            "height": world.camera.height,
+            "fx": world.camera.fx,
+            "fy": world.camera.fy,
+            "cx": world.camera.cx,
+            "cy": world.camera.cy,
+            "height_above_floor": _r(world.camera.z),
+            "hfov_deg": _r(world.camera.hfov_deg, 2),
         },
         "lidar": {
             "beams": LIDAR.beams,
@@ -751,12 +766,13 @@ def _true_visits(world: _World, x: float, y: float, radius: float) -> list[tuple
 def _seen(world: _World, walls: FaceArrays, x: float, y: float) -> bool:
     """Whether any camera frame had (x, y) in view, within VIEW_RANGE, with no wall between."""
     for t in world.camera_t[::3]:
-        cx, cy, yaw = world.sensor_pose(float(t), CAMERA_XYZ)
+        cx, cy, yaw = world.sensor_pose(float(t), world.camera_xyz)
         dx, dy = x - cx, y - cy
         dist = math.hypot(dx, dy)
         depth = dx * math.cos(yaw) + dy * math.sin(yaw)
         lateral = -dx * math.sin(yaw) + dy * math.cos(yaw)
-        if depth <= 0.2 or dist > VIEW_RANGE or abs(lateral / depth) > CAMERA.cx / CAMERA.fx:
+        fov = world.camera.cx / world.camera.fx
+        if depth <= 0.2 or dist > VIEW_RANGE or abs(lateral / depth) > fov:
             continue
         hit, _ = cast_rays(np.array([cx, cy]), np.array([[dx / dist, dy / dist]]), walls)
         if hit[0] >= dist - 0.3:
@@ -883,7 +899,8 @@ def _dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _existing(out_dir: Path, seed: int, duration: float, fmt: str) -> dict[str, Any] | None:
+def _existing(out_dir: Path, seed: int, duration: float, fmt: str, profile: str = "default",
+              robots: int = 1) -> dict[str, Any] | None:
     """The ground truth of a complete earlier output with the same arguments, else None."""
     gt_path = out_dir / GROUND_TRUTH_NAME
     if not gt_path.is_file() or not (out_dir / BAG_NAME / "metadata.yaml").is_file():
@@ -897,15 +914,18 @@ def _existing(out_dir: Path, seed: int, duration: float, fmt: str) -> dict[str, 
         and gt.get("seed") == seed
         and gt.get("duration") == duration
         and gt.get("bag", {}).get("format") == fmt
+        and gt.get("profile", "default") == profile
+        and gt.get("robot_count", 1) == robots
     )
     if not same:
         msg = (
             f"{out_dir} holds a sample made with other arguments (seed {gt.get('seed')}, "
-            f"duration {gt.get('duration')}, format {gt.get('bag', {}).get('format')}); "
+            f"duration {gt.get('duration')}, format {gt.get('bag', {}).get('format')}, "
+            f"profile {gt.get('profile', 'default')}, robots {gt.get('robot_count', 1)}); "
             "use force=True / --force to regenerate"
         )
         raise FileExistsError(msg)
-    if gt.get("questions_version") != QUESTIONS_VERSION:
+    if profile == "default" and gt.get("questions_version") != QUESTIONS_VERSION:
         # An earlier sample of the same recording: add the question set (the bag is as is).
         gt.update(_questions(_build_world(seed, duration), gt))
         tmp = gt_path.with_suffix(".json.tmp")
@@ -920,23 +940,35 @@ def generate_sample(
     duration_s: float = NOMINAL_DURATION,
     fmt: str = "mcap",
     force: bool = False,
+    profile: str = "default",
+    robots: int = 1,
 ) -> SampleInfo:
     """Write OUT_DIR/flat_bag (rosbag2) and OUT_DIR/ground_truth.json, or reuse them.
 
-    The ground truth file is written last, so its presence marks a complete output; an
-    existing complete output made with the same arguments is reused unless `force`.
+    `profile` picks the wire format: the default sample, or a Go2 driver stack's topics,
+    frames, QoS, stamps and timing (`go2_ros2_sdk`, `unitree_ros2`; see sim/stacks.py);
+    `robots` > 1 is go2_ros2_sdk's multi-robot mode. The ground truth file is written last, so
+    its presence marks a complete output; an existing complete output made with the same
+    arguments is reused unless `force`.
     """
+    from memory_node.sim.stacks import PROFILES
+
     if fmt not in ("mcap", "sqlite3"):
         raise ValueError(f"format must be mcap or sqlite3, not {fmt!r}")
     if duration_s <= 0:
         raise ValueError("duration must be positive")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {profile!r}")
+    if robots < 1 or (robots > 1 and profile != "go2_ros2_sdk"):
+        raise ValueError("robots must be 1, or more with profile go2_ros2_sdk (its "
+                         "multi-robot mode)")
     duration = float(duration_s)
     out_dir = Path(out_dir)
     bag_dir = out_dir / BAG_NAME
     gt_path = out_dir / GROUND_TRUTH_NAME
     start = time.monotonic()
     if not force:
-        gt = _existing(out_dir, seed, duration, fmt)
+        gt = _existing(out_dir, seed, duration, fmt, profile, robots)
         if gt is not None:
             return SampleInfo(
                 out_dir, bag_dir, gt_path, gt, True, _dir_size(bag_dir), time.monotonic() - start
@@ -945,16 +977,85 @@ def generate_sample(
     gt_path.unlink(missing_ok=True)
     if bag_dir.exists():
         shutil.rmtree(bag_dir)
-    world = _build_world(seed, duration)
-    frames = _write_bag(world, bag_dir, fmt)
-    gt = _ground_truth(world, frames, fmt)
-    gt.update(_questions(world, gt))
+    if profile == "default":
+        world = _build_world(seed, duration)
+        frames = _write_bag(world, bag_dir, fmt)
+        gt = _ground_truth(world, frames, fmt)
+        gt.update(_questions(world, gt))
+    else:
+        gt = _stack_sample(seed, duration, fmt, profile, robots, bag_dir)
     tmp = gt_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(gt, indent=1, sort_keys=True) + "\n")
     tmp.replace(gt_path)
     return SampleInfo(
         out_dir, bag_dir, gt_path, gt, False, _dir_size(bag_dir), time.monotonic() - start
     )
+
+
+PROFILE_PATH_RATE = 10.0  # Hz of the per-robot paths in a profile's ground truth
+
+
+def _stack_sample(seed: int, duration: float, fmt: str, profile: str, robots: int,
+                  bag_dir: Path) -> dict[str, Any]:
+    """A driver stack's recording and its ground truth: the flat's (as the default sample's),
+    the stack's topics and frames, each robot's true path in the map and the path its pose
+    source gives (`expected_path`: what a correct recorder stores), and the clouds' geometry."""
+    from memory_node.sim import stacks
+
+    go2 = profile == "go2_ros2_sdk"
+    world = (_build_world(seed, duration, stacks.CAMERA_RATE, stacks.CAMERA_IN_BASE) if go2
+             else _build_world(seed, duration))
+    frames, out = stacks.write_stack_bag(sys.modules[__name__], world, bag_dir, fmt, profile,
+                                         robots)
+    gt = _ground_truth(world, frames, fmt)
+    if frames:
+        gt.update(_questions(world, gt))
+    t = np.arange(int(math.floor(duration * PROFILE_PATH_RATE + 1e-9)) + 1) / PROFILE_PATH_RATE
+
+    def samples(p: np.ndarray) -> list[list[float]]:
+        return [[_stamp(a), _r(b[0]), _r(b[1]), _r(b[2])] for a, b in zip(t, p, strict=True)]
+
+    runs = []
+    for run in out.robots:
+        if go2 and robots == 1:
+            frame, source, expected = "map", "map <- base_link: SLAM map -> odom and the "\
+                "driver's odom -> base_link on /tf", run.truth(t)
+        elif go2:
+            frame, source, expected = "map", "the driver's odometry in the shared odom frame "\
+                "(map -> odom is the latched identity)", run.odom_at(t)
+        else:
+            frame, source, expected = "odom", "/utlidar/robot_odom (no TF)", run.odom_at(t)
+        runs.append({"index": run.index, "frame_prefix": run.prefix, "namespace": run.ns,
+                     "base_frame": run.frame("base_link"),
+                     "true_path": samples(run.truth(t)),
+                     "expected_path": {"frame": frame, "source": source,
+                                       "samples": samples(expected)}})
+    gt.update({
+        "profile": profile,
+        "robot_count": robots,
+        "robots": runs,
+        "topics": out.topics,
+        "frames": out.frames,
+        "clouds": out.clouds,
+        "path_rate_hz": PROFILE_PATH_RATE,
+    })
+    if go2:
+        gt["camera"]["frame"] = "front_camera"
+        gt["camera"]["xyz_in_base_link"] = list(stacks.CAMERA_IN_BASE)
+        gt["camera"]["encoding"] = "bgr8"
+        gt["camera"]["driver_size"] = [1280, 720]
+        gt["lidar"]["fields"] = ["x", "y", "z", "intensity"]
+        gt["lidar"]["content"] = (f"voxel map chunk in odom: {stacks.VOXEL} m voxels within "
+                                  f"{stacks.CHUNK_HALF} m (x and y) of the robot")
+    else:
+        gt.pop("camera", None)
+        gt["lidar"]["fields"] = [f[0] for f in stacks.UNITREE_FIELDS]
+        gt["lidar"]["point_step"] = 32
+        gt["lidar"]["frame"] = "utlidar_lidar"
+    gt["lidar"]["mount_in_base_link"] = {"xyz": list(stacks.RADAR_XYZ),
+                                         "rpy": [0.0, stacks.RADAR_PITCH, 0.0]}
+    gt["lidar"]["height_above_floor"] = _r(BASE_HEIGHT + stacks.RADAR_XYZ[2])
+    return gt
 
 
 def payload_digest(bag_dir: Path) -> str:
@@ -971,7 +1072,8 @@ def payload_digest(bag_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`memory-sample-bag OUT_DIR [--seed N] [--duration S] [--format F] [--force]`."""
+    """`memory-sample-bag OUT_DIR [--seed N] [--duration S] [--format F] [--profile P]
+    [--robots N] [--force]`."""
     parser = argparse.ArgumentParser(
         prog="memory-sample-bag",
         description="Write a deterministic sample recording of a Go2-like robot exploring a "
@@ -986,16 +1088,29 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of recording (the same tour, time-scaled)",
     )
     parser.add_argument("--format", choices=("mcap", "sqlite3"), default="mcap")
+    parser.add_argument(
+        "--profile", choices=("default", "go2_ros2_sdk", "unitree_ros2"), default="default",
+        help="wire format: the default sample, or a Go2 driver stack's topics, frames, QoS, "
+        "stamps and timing (replay it into memory-node --config config/<profile>.yaml)")
+    parser.add_argument(
+        "--robots", type=int, default=1,
+        help="go2_ros2_sdk only: robots in the bag; 2 or more is the driver's multi-robot "
+        "mode (topics /robotN/..., frames robotN/base_link, ...)")
     parser.add_argument("--force", action="store_true", help="regenerate even if present")
     args = parser.parse_args(argv)
     try:
-        info = generate_sample(args.out_dir, args.seed, args.duration, args.format, args.force)
+        info = generate_sample(args.out_dir, args.seed, args.duration, args.format, args.force,
+                               args.profile, args.robots)
+    except ValueError as exc:
+        print(f"memory-sample-bag: {exc}", file=sys.stderr)
+        return 2
     except FileExistsError as exc:
         print(f"memory-sample-bag: {exc}", file=sys.stderr)
         return 2
     gt = info.ground_truth
     verb = "reused existing" if info.reused else "generated"
-    print(f"{verb} sample in {info.out_dir} ({info.elapsed_s:.1f} s)")
+    print(f"{verb} {gt.get('profile', 'default')} sample in {info.out_dir} "
+          f"({info.elapsed_s:.1f} s)")
     print(f"  bag: {info.bag_dir} ({gt['bag']['format']}, {info.size_bytes / 1e6:.1f} MB)")
     print(f"  ground truth: {info.ground_truth_path}")
     for topic, t in gt["topics"].items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -200,8 +201,17 @@ def invert(a: np.ndarray) -> np.ndarray:
     return np.stack([-c * a[:, 0] - s * a[:, 1], s * a[:, 0] - c * a[:, 1], wrap(-a[:, 2])], axis=1)
 
 
+class Motion(Protocol):
+    """What odometry is simulated from: poses over `duration` seconds."""
+
+    @property
+    def duration(self) -> float: ...
+
+    def pose(self, t: np.ndarray) -> np.ndarray: ...
+
+
 def simulate_odometry(
-    traj: Trajectory, rate_hz: float, seed: int, substeps: int = 10
+    traj: Motion, rate_hz: float, seed: int, substeps: int = 10
 ) -> OdometryTrack:
     """Integrate noisy body-frame increments of the true motion (seeded).
 
