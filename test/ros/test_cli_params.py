@@ -10,14 +10,19 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import rclpy
+from clip_support import clip_repo_files
+from hub_server import HubServer
 from launch_support import RUN_LAUNCH, install_prefix
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import GetParameters
 
+from memory_node.core.model_store import CLIP, MODELS_ENV
 from memory_node.ros.param_args import same_value
 from memory_node.ros.params import names_by_node
 
@@ -162,7 +167,19 @@ def test_readme_memory_node_examples(ros, ros_process, tmp_path, command):
     argv = shlex.split(command.replace("~/robot_memory", str(tmp_path / "robot_memory")))
     ros_args = argv[argv.index("--ros-args"):]
     typed = dict(a.split(":=", 1) for a in ros_args if ":=" in a)
-    proc = ros_process(["-m", "memory_node.ros.main", *argv[1:]])
+    env = None
+    if typed.get("image_embedder") == "clip":
+        # The README fetches the model first: `memory-models fetch clip`, here from a local
+        # hub stand-in serving tiny CLIP-shaped towers, into a models directory of the test's.
+        models_dir = tmp_path / "models"
+        env = {**os.environ, MODELS_ENV: str(models_dir)}
+        with HubServer(CLIP.repo_id, CLIP.revision, clip_repo_files()) as hub:
+            fetch = subprocess.run(
+                [sys.executable, "-m", "memory_node.models", "fetch", "clip"],
+                env={**env, "HF_ENDPOINT": hub.url}, capture_output=True, text=True,
+                timeout=120)
+        assert fetch.returncode == 0, fetch.stderr
+    proc = ros_process(["-m", "memory_node.ros.main", *argv[1:]], env=env)
     check_typed_values_apply(ros, proc, typed)
     if "lidar_topic" in typed:
         assert f"lidar {typed['lidar_topic']}," in recording(proc)
