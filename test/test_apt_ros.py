@@ -207,9 +207,7 @@ def test_system_ros_refuses_a_distro_it_has_no_pins_for(tmp_path):
 def test_system_ros_refuses_a_venv_without_system_site_packages(tmp_path):
     base_python = getattr(sys, "_base_executable", sys.executable)
     venv = tmp_path / "venv"
-    subprocess.run(
-        [base_python, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
-    )
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     result = _script(tmp_path, "--system-ros", ROS_DISTRO="jazzy", PYTHON=str(venv / "bin/python"))
     assert result.returncode == 1
     assert "without --system-site-packages" in result.stderr
