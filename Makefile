@@ -5,7 +5,8 @@
 #   make test    setup, then pytest over test/ (ROS-isolated: see test/conftest.py)
 #   make demo    setup, then the demo
 #   make lint    the checks (same as make check)
-#   make check   ruff (pyproject.toml [tool.ruff]) and mypy over memory_node/ ([tool.mypy])
+#   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]) and
+#                vermin (the shipped code runs on Python 3.10)
 #   make bench   the benchmark suite
 #   make clean   remove build output and generated types (keeps .venv)
 #   make setup-jazzy  create/update .venv-jazzy: ROS 2 Jazzy wheels, the package installed
@@ -198,9 +199,12 @@ demo: setup
 .PHONY: check
 lint: check
 
+# vermin: the shipped code (not the tests, which use 3.11's tomllib) runs on Python 3.10.
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vermin -q -t=3.10- --no-tips --eval-annotations --backport typing_extensions \
+	  --violations memory_node launch tools setup.py
 
 bench: setup
 	$(PY) -m bench
