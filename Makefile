@@ -18,6 +18,8 @@
 #   make test-numpy1  the core, ROS and end-to-end tests as on a robot with ROS from apt:
 #                Debian's python3 with apt's numpy 1 and cv2, numpy 1.26.4 and the
 #                requirements/apt-$(APT_PINS).txt pins in .venv-numpy1, ROS 2 Jazzy wheels
+#   make test-aarch64 the core tests on Debian's arm64 Python under QEMU user-mode emulation
+#                with the aarch64 wheels of the Humble pins (tools/aarch64-core-tests.sh; slow)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -76,7 +78,7 @@ NUMPY1_TESTS ?= test/core test/ros test/e2e
 APT_PIN_TARGETS := humble:3.10:35 jazzy:3.12:39
 
 .PHONY: setup _setup test demo lint bench clean setup-jazzy _setup_jazzy test-jazzy test-install
-.PHONY: check-apt-pins setup-numpy1 _setup_numpy1 test-numpy1
+.PHONY: check-apt-pins setup-numpy1 _setup_numpy1 test-numpy1 test-aarch64
 
 setup:
 	@mkdir -p build
@@ -192,6 +194,9 @@ _setup_numpy1:
 test-numpy1: setup-numpy1
 	cd $(NUMPY1_TREE) && PATH="$(abspath $(NUMPY1_VENV))/bin:$$PATH" \
 	  $(NUMPY1_PY) -m pytest $(PYTEST_ARGS) $(NUMPY1_TESTS)
+
+test-aarch64: setup
+	tools/aarch64-core-tests.sh $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/memory-demo
