@@ -219,3 +219,29 @@ def test_system_ros_refuses_the_system_python(tmp_path):
     result = _script(tmp_path, "--system-ros", ROS_DISTRO="humble", PYTHON=base_python)
     assert result.returncode == 1
     assert "installs into a virtual environment" in result.stderr
+
+
+def test_yuv422_encoder_for_opencv_without_one():
+    """apt's OpenCV (4.5, 4.6) cannot encode BGR to YUV 4:2:2; the numpy encoder that stands in
+    gives OpenCV's bytes (within one level where this cv2 has the conversion) and decodes back
+    to a flat colour exactly with OpenCV's decoder, which every version has."""
+    import cv2
+    import numpy as np
+
+    from memory_node.ros.image_codec import bgr_to_yuv422
+
+    rng = np.random.default_rng(7)
+    noisy = rng.integers(0, 256, (8, 16, 3), dtype=np.uint8)
+    flat = np.zeros((4, 8, 3), np.uint8)
+    flat[:] = (30, 140, 220)
+    for uyvy, name in ((True, "UYVY"), (False, "YUY2")):
+        packed = bgr_to_yuv422(noisy, uyvy)
+        assert packed.shape == (8, 16, 2) and packed.dtype == np.uint8
+        code = getattr(cv2, f"COLOR_BGR2YUV_{name}", None)
+        if code is not None:
+            diff = np.abs(packed.astype(int) - cv2.cvtColor(noisy, code).astype(int))
+            assert diff.max() <= 1
+        decoded = cv2.cvtColor(bgr_to_yuv422(flat, uyvy), getattr(cv2, f"COLOR_YUV2BGR_{name}"))
+        assert np.array_equal(decoded, flat)
+    with pytest.raises(ValueError, match="even width"):
+        bgr_to_yuv422(np.zeros((2, 3, 3), np.uint8), True)
