@@ -169,7 +169,8 @@ def test_apt_constraints_pin_everything_on_numpy_1_without_ros_wheels(distro):
 
 
 def test_jazzy_apt_pins_are_the_development_pins_but_numpy():
-    """What `make test-numpy1` runs under is what a Jazzy robot gets, bar numpy."""
+    """A Jazzy robot gets the pins `make test` runs under, bar numpy (1.26.4, which `make
+    test-numpy1` runs on, with the Humble pins by default and APT_PINS=jazzy these)."""
     constraints = _pins(REQUIREMENTS / "constraints.txt")
     jazzy = _pins(REQUIREMENTS / "apt-jazzy.txt")
     differ = {p: (v, constraints.get(p)) for p, v in jazzy.items() if constraints.get(p) != v}
