@@ -5,13 +5,21 @@
 #   make test    setup, then pytest over test/ (ROS-isolated: see test/conftest.py)
 #   make demo    setup, then the demo
 #   make lint    the checks (same as make check)
-#   make check   ruff (pyproject.toml [tool.ruff]) and mypy over memory_node/ ([tool.mypy])
+#   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]) and
+#                vermin (the shipped code runs on Python 3.10)
 #   make bench   the benchmark suite
 #   make clean   remove build output and generated types (keeps .venv)
 #   make setup-jazzy  create/update .venv-jazzy: ROS 2 Jazzy wheels, the package installed
 #                editable from a copy of the checkout in build/jazzy/src (types for Jazzy)
 #   make test-jazzy   setup-jazzy, then the ROS and end-to-end tests on Jazzy
 #   make test-install the robot-workspace install test alone (it also runs in make test)
+#   make check-apt-pins  requirements/apt.txt resolves to wheels under apt-humble.txt (Python
+#                3.10) and apt-jazzy.txt (3.12) for x86_64 and aarch64 (package index only)
+#   make test-numpy1  the core, ROS and end-to-end tests as on a robot with ROS from apt:
+#                Debian's python3 with apt's numpy 1 and cv2, numpy 1.26.4 and the
+#                requirements/apt-$(APT_PINS).txt pins in .venv-numpy1, ROS 2 Jazzy wheels
+#   make test-aarch64 the core tests on Debian's arm64 Python under QEMU user-mode emulation
+#                with the aarch64 wheels of the Humble pins (tools/aarch64-core-tests.sh; slow)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -47,7 +55,30 @@ JAZZY_SETUP_INPUTS := $(sort requirements/jazzy.txt $(JAZZY_CONSTRAINTS) require
 JAZZY_TESTS ?= test/ros test/e2e test/test_interfaces.py test/test_help.py \
 	test/agent/test_ros_client.py
 
+# A robot with ROS 2 from apt: numpy 1 and the apt pins (requirements/apt*.txt).
+# The Python 3 of Debian/Ubuntu (apt's python3-numpy and python3-opencv are built for it).
+SYSTEM_PYTHON ?= /usr/bin/python3
+APT_PINS ?= humble
+NUMPY1_VENV := .venv-numpy1
+NUMPY1_PY := $(abspath $(NUMPY1_VENV)/bin/python)
+NUMPY1_TREE := build/numpy1/src
+NUMPY1_CONSTRAINTS := build/numpy1/constraints.txt
+NUMPY1_STAMP := $(NUMPY1_VENV)/.memory_node-setup
+NUMPY1_IMPORT_CHECK := cd /tmp && $(NUMPY1_PY) -c 'import numpy, cv2, memory_node; \
+	from memory_node.srv import Search; from tf2_msgs.msg import TFMessage; \
+	assert numpy.__version__.startswith("1."), numpy.__version__; \
+	assert cv2.__file__.startswith("/usr/"), cv2.__file__; \
+	assert "$(abspath $(NUMPY1_TREE))" in memory_node.__file__, memory_node.__file__'
+NUMPY1_SETUP_INPUTS := $(sort requirements/apt.txt requirements/apt-$(APT_PINS).txt \
+	requirements/apt-test.txt requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/nodeps.txt \
+	$(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml package.xml \
+	$(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
+NUMPY1_TESTS ?= test/core test/ros test/e2e
+# Interpreter-free resolution of the apt pins: (Python, newest glibc of the distro's Ubuntu).
+APT_PIN_TARGETS := humble:3.10:35 jazzy:3.12:39
+
 .PHONY: setup _setup test demo lint bench clean setup-jazzy _setup_jazzy test-jazzy test-install
+.PHONY: check-apt-pins setup-numpy1 _setup_numpy1 test-numpy1 test-aarch64
 
 setup:
 	@mkdir -p build
@@ -110,15 +141,75 @@ test-jazzy: setup-jazzy
 	cd $(JAZZY_TREE) && PATH="$(abspath $(JAZZY_VENV))/bin:$$PATH" \
 	  $(JAZZY_PY) -m pytest $(PYTEST_ARGS) $(JAZZY_TESTS)
 
+# pip resolves for another interpreter and machine with --target and --platform; every
+# manylinux tag up to the distro's glibc is allowed, as pip on that robot would.
+check-apt-pins: setup
+	@for target in $(APT_PIN_TARGETS); do \
+	  IFS=: read -r distro version glibc <<< "$$target"; \
+	  for arch in x86_64 aarch64; do \
+	    platforms="--platform manylinux2014_$$arch"; \
+	    for v in $$(seq 17 $$glibc); do platforms="$$platforms --platform manylinux_2_$${v}_$$arch"; done; \
+	    for spec in "-r requirements/apt.txt -c requirements/apt-$$distro.txt" \
+	                "--no-deps -r requirements/nodeps.txt"; do \
+	      $(PIP) install -q --dry-run --ignore-installed --only-binary=:all: \
+	        --target build/apt-pins-dry-run --python-version $$version $$platforms $$spec \
+	        || { echo "check-apt-pins: $$distro (Python $$version, $$arch): $$spec does not resolve" >&2; \
+	             exit 1; }; \
+	    done; \
+	    echo "check-apt-pins: $$distro, Python $$version, $$arch: resolves"; \
+	  done; \
+	done
+
+setup-numpy1:
+	@mkdir -p build/numpy1
+	@flock build/.setup-numpy1.lock $(MAKE) --no-print-directory _setup_numpy1
+
+# The ROS wheels of requirements/jazzy.txt (their dependencies pinned by jazzy-constraints.txt
+# where the apt pins do not pin them), then requirements/apt.txt and the test tools.
+_setup_numpy1:
+	@$(PYTHON) tools/sync_tree.py $(NUMPY1_TREE)
+	@hash=$$(sha256sum $(NUMPY1_SETUP_INPUTS) | sha256sum | cut -c1-32); \
+	if [ "$$(cat $(NUMPY1_STAMP) 2>/dev/null)" = "$$hash" ] && ($(NUMPY1_IMPORT_CHECK)) 2>/dev/null; \
+	then echo "setup-numpy1: $(NUMPY1_VENV) is up to date"; exit 0; fi; \
+	$(SYSTEM_PYTHON) -c 'import numpy, cv2, sys; sys.exit(not numpy.__version__.startswith("1."))' || { \
+	  echo "setup-numpy1: $(SYSTEM_PYTHON) needs apt's numpy 1 and cv2 (Debian/Ubuntu: apt-get" \
+	    "install python3-numpy python3-opencv opencv-data python3-venv python3-dev)" >&2; exit 1; }; \
+	[ -x $(NUMPY1_PY) ] || $(SYSTEM_PYTHON) -m venv --system-site-packages $(NUMPY1_VENV); \
+	touch $(NUMPY1_VENV)/COLCON_IGNORE; \
+	rm -f $(NUMPY1_STAMP); \
+	awk -F'==' 'NR == FNR { if (NF == 2 && $$1 !~ /^#/) pinned[tolower($$1)] = 1; next } \
+	  NF == 2 && !(tolower($$1) in pinned) && $$1 !~ /^(numpy|onnx|ml-dtypes|opencv-python-headless)$$/' \
+	  requirements/apt-$(APT_PINS).txt $(JAZZY_CONSTRAINTS) > $(NUMPY1_CONSTRAINTS); \
+	grep -E '^(ros-|setuptools|wheel|catkin-pkg)' requirements/jazzy.txt > build/numpy1/ros.txt; \
+	$(NUMPY1_PY) -m pip install -q -c $(NUMPY1_CONSTRAINTS) pip setuptools wheel; \
+	$(NUMPY1_PY) -m pip install -q -c requirements/apt-$(APT_PINS).txt -c $(NUMPY1_CONSTRAINTS) \
+	  -r build/numpy1/ros.txt -r requirements/apt.txt -r requirements/apt-test.txt; \
+	$(NUMPY1_PY) -m pip install -q --no-deps -r requirements/nodeps.txt; \
+	(cd $(NUMPY1_TREE) && $(NUMPY1_PY) -m pip install -q --no-deps --no-build-isolation -e .); \
+	$(NUMPY1_PY) -m pip install -q --no-deps test/wheels/*.whl; \
+	($(NUMPY1_IMPORT_CHECK)); \
+	echo "$$hash" > $(NUMPY1_STAMP); \
+	echo "setup-numpy1: $(NUMPY1_VENV) ready (numpy 1, apt's cv2, apt-$(APT_PINS) pins, ROS 2 Jazzy wheels)"
+
+test-numpy1: setup-numpy1
+	cd $(NUMPY1_TREE) && PATH="$(abspath $(NUMPY1_VENV))/bin:$$PATH" \
+	  $(NUMPY1_PY) -m pytest $(PYTEST_ARGS) $(NUMPY1_TESTS)
+
+test-aarch64: setup
+	tools/aarch64-core-tests.sh $(PYTEST_ARGS)
+
 demo: setup
 	$(VENV)/bin/memory-demo
 
 .PHONY: check
 lint: check
 
+# vermin: the shipped code (not the tests, which use 3.11's tomllib) runs on Python 3.10.
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vermin -q -t=3.10- --no-tips --eval-annotations --backport typing_extensions \
+	  --violations memory_node launch tools setup.py
 
 bench: setup
 	$(PY) -m bench

@@ -14,10 +14,16 @@ tf2_msgs (TFMessage) is generated the same way from interfaces/tf2_msgs when no 
 importable, as with the ROS 2 wheels from PyPI; a robot's own ROS install keeps its own.
 MEMORY_NODE_TF2_MSGS=build|skip overrides that choice.
 
-Works under `colcon build`, `pip install --no-build-isolation [-e] .` (what `make setup` runs)
-and plain `pip install .` (pyproject.toml lists the build tools for the isolated build). In an
-editable install the generated files are written into the source tree (git-ignored), so
-edits under memory_node/ take effect without reinstalling.
+Works under `colcon build`, `colcon build --symlink-install` (`setup.py develop`, which never
+runs build_py: the develop command below generates the interfaces itself), `pip install
+--no-build-isolation [-e] .` (what `make setup` runs) and plain `pip install .` (pyproject.toml
+lists the build tools for the isolated build), with setuptools from 59.6 (Ubuntu 22.04's, no
+editable_wheel) up. In an editable or develop install the generated files are written into
+the source tree (git-ignored), so edits under memory_node/ take effect without reinstalling.
+
+MEMORY_NODE_CMAKE_ARGS adds arguments to the interface configure step (e.g.
+-DPYTHON_INSTALL_DIR=local/lib/python3.10/dist-packages, the layout Humble's ament_cmake_python
+picks for Debian's system Python).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,7 +42,7 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py as _build_py
-from setuptools.command.editable_wheel import editable_wheel as _editable_wheel
+from setuptools.command.develop import develop as _develop
 from setuptools.dist import Distribution
 
 PACKAGE = "memory_node"
@@ -118,10 +125,13 @@ def generate_interfaces(package: str, source: Path, deps: list[str], work: Path)
         f"-DIFACE_PACKAGE={package}",
         f"-DIFACE_SOURCE_DIR={source}",
         f"-DIFACE_DEPENDENCIES={';'.join(deps)}",
+        # Both: FindPython3 reads the first, Humble's rosidl_generator_py (PythonInterp) the second.
         f"-DPython3_EXECUTABLE={sys.executable}",
+        f"-DPYTHON_EXECUTABLE={sys.executable}",
         f"-DCMAKE_INSTALL_PREFIX={stage}",
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_TESTING=OFF",
+        *shlex.split(os.environ.get("MEMORY_NODE_CMAKE_ARGS", "")),
     ]
     fingerprint = hashlib.sha256(json.dumps([str(prefix), *args]).encode()).hexdigest()
     stamp = build / "memory_node-args.sha256"
@@ -144,7 +154,17 @@ def generate_interfaces(package: str, source: Path, deps: list[str], work: Path)
 
 
 def _site_packages(stage: Path, package: str) -> Path:
-    found = sorted(stage.glob(f"lib/python*/*-packages/{package}"))
+    """The generated Python package in the staging prefix.
+
+    lib/python3.X/site-packages in a venv; local/lib/python3.X/dist-packages where Humble's
+    ament_cmake_python asks Debian/Ubuntu's system Python (its posix_local scheme).
+    """
+    found = sorted(
+        [
+            *stage.glob(f"lib/python*/*-packages/{package}"),
+            *stage.glob(f"local/lib/python*/*-packages/{package}"),
+        ]
+    )
     if not found:
         raise SystemExit(f"memory_node: no generated Python package for {package} in {stage}")
     return found[0]
@@ -192,45 +212,87 @@ def staged_data_files(stage: Path, package: str) -> list[tuple[str, list[str]]]:
     return files
 
 
+def generate_all(
+    distribution: Distribution, build_base: str, build_lib: str | None, generated_dir: Path
+) -> None:
+    """Generate every interface package and merge it in; add the libraries to data_files.
+
+    build_lib set (a regular build): everything goes there. None (editable and develop
+    installs): memory_node's generated parts go into the source tree, whole generated packages
+    (tf2_msgs) into generated_dir, which the install puts on the path.
+    """
+    work = Path(build_base).resolve() / "interfaces"
+    work.mkdir(parents=True, exist_ok=True)
+    if distribution.data_files is None:
+        distribution.data_files = []
+    data_files = distribution.data_files
+    packages = _interface_packages()
+    # The packages are independent: configure one while the other compiles.
+    with ThreadPoolExecutor(max_workers=len(packages)) as pool:
+        stages = list(pool.map(lambda p: generate_interfaces(*p, work), packages))
+    for (package, _, _), stage in zip(packages, stages, strict=True):
+        if build_lib is not None:
+            dest = Path(build_lib) / package
+        elif package == PACKAGE:
+            dest = ROOT / package
+        else:
+            dest = generated_dir / package
+            if distribution.packages is not None and package not in distribution.packages:
+                distribution.packages.append(package)  # maps it for the editable finder
+        merge_python(stage, package, dest)
+        for entry in staged_data_files(stage, package):
+            if entry not in data_files:
+                data_files.append(entry)
+
+
 class build_py(_build_py):
     """build_py that also generates the ROS 2 interfaces (see the module docstring)."""
 
     def run(self) -> None:
         super().run()  # memory_node's own modules first; generated ones are merged after
         build = self.get_finalized_command("build")
-        work = Path(build.build_base).resolve() / "interfaces"
-        work.mkdir(parents=True, exist_ok=True)
-        data_files = self.distribution.data_files
-        packages = _interface_packages()
-        # The packages are independent: configure one while the other compiles.
-        with ThreadPoolExecutor(max_workers=len(packages)) as pool:
-            stages = list(pool.map(lambda p: generate_interfaces(*p, work), packages))
-        for (package, _, _), stage in zip(packages, stages, strict=True):
-            if self.editable_mode:
-                dest = ROOT / package
-                if package != PACKAGE and package not in self.distribution.packages:
-                    self.distribution.packages.append(package)  # maps it for the finder
-            else:
-                dest = Path(self.build_lib) / package
-            merge_python(stage, package, dest)
-            for entry in staged_data_files(stage, package):
-                if entry not in data_files:
-                    data_files.append(entry)
+        # editable_mode: setuptools >= 64's editable installs (PEP 660); absent before.
+        editable = getattr(self, "editable_mode", False)
+        build_lib = None if editable else self.build_lib
+        generate_all(self.distribution, build.build_base, build_lib, ROOT)
 
 
-class editable_wheel(_editable_wheel):
-    """Editable installs that also install data_files.
+class develop(_develop):
+    """`setup.py develop` (colcon build --symlink-install) generates the interfaces as well.
+
+    develop never runs build_py. colcon runs it from its build folder, which it links to the
+    sources and puts on PYTHONPATH: memory_node's generated parts go into the (linked) source
+    tree, tf2_msgs into that folder, and the libraries join data_files before colcon's
+    symlink_data installs them.
+    """
+
+    def run(self) -> None:
+        if not self.uninstall:
+            build = self.get_finalized_command("build")
+            generate_all(self.distribution, build.build_base, None, Path.cwd())
+        super().run()
+
+
+def _editable_wheel_class() -> type | None:
+    """editable_wheel that also installs data_files; None before setuptools 64 (no PEP 660).
 
     setuptools' editable_wheel looks for `has_data` (not `has_data_files`) and so never
     installs data files; without lib<pkg>__rosidl_*.so in <prefix>/lib the ROS middleware
     cannot load the service type support.
     """
+    try:
+        from setuptools.command.editable_wheel import editable_wheel as _editable_wheel
+    except ImportError:  # Ubuntu 22.04's setuptools 59.6
+        return None
 
-    def _run_install(self, category: str) -> None:
-        if category == "data" and self.distribution.has_data_files():
-            self.run_command("install_data")
-            return
-        super()._run_install(category)
+    class editable_wheel(_editable_wheel):  # type: ignore[misc,valid-type]
+        def _run_install(self, category: str) -> None:
+            if category == "data" and self.distribution.has_data_files():
+                self.run_command("install_data")
+                return
+            super()._run_install(category)
+
+    return editable_wheel
 
 
 class BinaryDistribution(Distribution):
@@ -241,6 +303,10 @@ class BinaryDistribution(Distribution):
 
 
 TF2_MSGS_WANTED = _tf2_msgs_wanted()
+CMDCLASS: dict[str, type] = {"build_py": build_py, "develop": develop}
+_EDITABLE_WHEEL = _editable_wheel_class()
+if _EDITABLE_WHEEL is not None:
+    CMDCLASS["editable_wheel"] = _EDITABLE_WHEEL
 
 setup(
     name=PACKAGE,
@@ -280,6 +346,6 @@ setup(
         ],
     },
     distclass=BinaryDistribution,
-    cmdclass={"build_py": build_py, "editable_wheel": editable_wheel},
+    cmdclass=CMDCLASS,
     zip_safe=False,
 )

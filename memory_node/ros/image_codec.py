@@ -45,13 +45,33 @@ ENCODINGS: dict[str, tuple[int, int]] = {
 _ALIASES = {"8uc3": "bgr8", "8uc1": "mono8", "16uc1": "mono16", "8uc4": "bgra8",
             "uyvy": "yuv422", "yuyv": "yuv422_yuy2"}
 _FROM_2CH = {"yuv422": cv2.COLOR_YUV2BGR_UYVY, "yuv422_yuy2": cv2.COLOR_YUV2BGR_YUY2}
-_TO_2CH = {"yuv422": cv2.COLOR_BGR2YUV_UYVY, "yuv422_yuy2": cv2.COLOR_BGR2YUV_YUY2}
+# OpenCV encodes BGR to YUV 4:2:2 from 4.7 on; apt's python3-opencv (4.5 on Ubuntu 22.04, 4.6
+# on Debian 12) has only the decoder, so there bgr_to_yuv422 below does it (None: not in cv2).
+_TO_2CH = {"yuv422": getattr(cv2, "COLOR_BGR2YUV_UYVY", None),
+           "yuv422_yuy2": getattr(cv2, "COLOR_BGR2YUV_YUY2", None)}
+# BT.601 limited range, as OpenCV's YUV 4:2:2 conversions: rows Y, U, V; columns B, G, R.
+_BGR_TO_YUV = np.array([[0.097906, 0.504129, 0.256788], [0.439216, -0.290993, -0.148223],
+                        [-0.071427, -0.367788, 0.439216]])
 # OpenCV names a Bayer pattern by the second row's first two pixels; ROS by the first row's.
 _FROM_BAYER = {"bayer_rggb8": cv2.COLOR_BayerBG2BGR, "bayer_bggr8": cv2.COLOR_BayerRG2BGR,
                "bayer_gbrg8": cv2.COLOR_BayerGR2BGR, "bayer_grbg8": cv2.COLOR_BayerGB2BGR}
 # Where each Bayer pattern puts B, G, R in its 2x2 cell (row, col) -> BGR channel.
 _BAYER_CELL = {"bayer_rggb8": ((2, 1), (1, 0)), "bayer_bggr8": ((0, 1), (1, 2)),
                "bayer_gbrg8": ((1, 0), (2, 1)), "bayer_grbg8": ((1, 2), (0, 1))}
+
+
+def bgr_to_yuv422(bgr: np.ndarray, uyvy: bool) -> np.ndarray:
+    """BGR to packed YUV 4:2:2 (UYVY or YUYV), as OpenCV >= 4.7 does: each pixel pair shares the
+    mean of its chroma. For OpenCV builds without that conversion (apt's)."""
+    if bgr.shape[1] % 2:
+        raise ValueError(f"YUV 4:2:2 needs an even width, not {bgr.shape[1]}")
+    yuv = bgr.astype(np.float64) @ _BGR_TO_YUV.T
+    out = np.empty((*bgr.shape[:2], 2), np.float64)
+    luma, chroma = (1, 0) if uyvy else (0, 1)
+    out[..., luma] = yuv[..., 0] + 16.0
+    out[:, 0::2, chroma] = (yuv[:, 0::2, 1] + yuv[:, 1::2, 1]) / 2 + 128.0
+    out[:, 1::2, chroma] = (yuv[:, 0::2, 2] + yuv[:, 1::2, 2]) / 2 + 128.0
+    return np.clip(np.floor(out + 0.5), 0, 255).astype(np.uint8)
 
 
 def _canonical(encoding: str) -> str:
@@ -199,7 +219,9 @@ def bgr_to_image_msg(
     elif canonical == "rgba8":
         pixels = np.dstack([arr[:, :, ::-1], np.full((height, width), 255, np.uint8)])
     elif canonical in _TO_2CH:
-        pixels = cv2.cvtColor(arr, _TO_2CH[canonical])
+        code = _TO_2CH[canonical]
+        uyvy = canonical == "yuv422"
+        pixels = cv2.cvtColor(arr, code) if code is not None else bgr_to_yuv422(arr, uyvy)
     elif canonical in _BAYER_CELL:
         pixels = np.empty((height, width), np.uint8)
         for r in range(2):
