@@ -15,7 +15,8 @@
 #   make test-install the robot-workspace install test alone (it also runs in make test)
 #   make check-apt-pins  requirements/apt.txt resolves to wheels under apt-humble.txt (Python
 #                3.10) and apt-jazzy.txt (3.12) for x86_64 and aarch64 (package index only)
-#   make test-numpy1  the core, ROS and end-to-end tests as on a robot with ROS from apt:
+#   make test-numpy1  the core, ROS and end-to-end tests as on a robot with ROS from apt
+#                (CI's Jazzy run):
 #                Debian's python3 with apt's numpy 1 and cv2, numpy 1.26.4 and the
 #                requirements/apt-$(APT_PINS).txt pins in .venv-numpy1, ROS 2 Jazzy wheels
 #   make test-aarch64 the core tests on Debian's arm64 Python under QEMU user-mode emulation
@@ -73,7 +74,8 @@ NUMPY1_SETUP_INPUTS := $(sort requirements/apt.txt requirements/apt-$(APT_PINS).
 	requirements/apt-test.txt requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/nodeps.txt \
 	$(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml package.xml \
 	$(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
-NUMPY1_TESTS ?= test/core test/ros test/e2e
+# The core tests and every test that talks ROS or runs the nodes (JAZZY_TESTS' list).
+NUMPY1_TESTS ?= test/core $(JAZZY_TESTS)
 # Interpreter-free resolution of the apt pins: (Python, newest glibc of the distro's Ubuntu).
 APT_PIN_TARGETS := humble:3.10:35 jazzy:3.12:39
 
