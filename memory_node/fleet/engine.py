@@ -247,7 +247,7 @@ class FleetEngine(MemoryEngine):
         for m, q in qvecs.items():
             hits += store.nearest(req, robots, the_map, m, q, req.k, include_archived=archived,
                                   use_hnsw=m in hnsw)
-        hits.sort(key=lambda h: (-(h.score or 0.0), h.obs.id))
+        hits.sort(key=FleetHit.rank_key, reverse=True)  # ties: the robot's order
         hits = hits[:req.k]
         missing = req.k - len(hits)
         if missing > 0 and req.min_score is None:

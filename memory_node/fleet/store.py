@@ -49,7 +49,15 @@ _PUSH_TYPES = ("text", "text", "int8", "text", "float8", "text", "float8", "floa
                "float8", "float8", "float8", "float8")
 _BOX_COLUMNS = ("view_bx0", "view_bx1", "view_by0", "view_by1")
 _SELECT = ("o.id, o.robot_id, o.map_id, o.stream, o.t, o.x, o.y, o.z, o.yaw, o.frame,"
-           " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at")
+           " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at,"
+           " o.local_id, o.store_id")
+_SCORE = 19  # the column after _SELECT's: a row's score, where a query adds one
+
+
+def _ties(d: str) -> str:
+    """Equal scores or times break by the robot's own row order (its local id), `d` (DESC:
+    newest first, as on the robot), then by robot and store so a fleet order is total."""
+    return f"o.local_id {d}, o.robot_id {d}, o.store_id {d}"
 
 
 class FleetUnavailable(Exception):
@@ -58,13 +66,20 @@ class FleetUnavailable(Exception):
 
 @dataclass
 class FleetHit:
-    """One row of a fleet answer: the observation (id = fleet id), whose robot, which map."""
+    """One row of a fleet answer: the observation (id = fleet id), whose robot, which map;
+    `local_id` and `store_id` are the row's id and store on its robot (the tie order)."""
 
     obs: Observation
     robot: str
     map_id: str | None
     score: float | None = None
     archived: bool = False
+    local_id: int = 0
+    store_id: str = ""
+
+    def rank_key(self) -> tuple[float, int, str, str]:
+        """Sort with reverse=True: best score first, ties as `_ties("DESC")` orders them."""
+        return (self.score or 0.0, self.local_id, self.robot, self.store_id)
 
     def to_result(self) -> dict[str, Any]:
         out = self.obs.to_result(self.score)
@@ -470,13 +485,13 @@ class FleetStore:
     @staticmethod
     def _hit(r: Sequence[Any], score: float | None = None) -> FleetHit:
         (fid, robot, map_id, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id,
-         note_key, archived_at) = r[:17]
+         note_key, archived_at, local_id, store_id) = r[:_SCORE]
         pose = None
         if x is not None and y is not None:
             pose = Pose(x=x, y=y, z=z or 0.0, yaw=yaw or 0.0, frame=frame or "", source=source)
         obs = Observation(stream=stream, t=t, pose=pose, tags=tags, text=text, ref=ref, id=fid,
                           model_id=model_id, note_key=note_key)
-        return FleetHit(obs, robot, map_id, score, archived_at is not None)
+        return FleetHit(obs, robot, map_id, score, archived_at is not None, local_id, store_id)
 
     @staticmethod
     def where(req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
@@ -537,12 +552,12 @@ class FleetStore:
     def _order(order_by: str) -> tuple[str, list[Any]]:
         if order_by in ("-time", "time", "score"):
             d = "ASC" if order_by == "time" else "DESC"
-            return f"o.t {d}, o.id {d}", []
+            return f"o.t {d}, {_ties(d)}", []
         d = "DESC" if order_by.startswith("-") else "ASC"
         tag = order_by.lstrip("-")
         num = ("(CASE WHEN jsonb_typeof(o.tags -> %s) = 'number'"
                " THEN (o.tags ->> %s)::float8 END)")
-        return f"{num} IS NULL, {num} {d}, o.t DESC, o.id DESC", [tag, tag, tag, tag]
+        return f"{num} IS NULL, {num} {d}, o.t DESC, {_ties('DESC')}", [tag, tag, tag, tag]
 
     def ordered(self, req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
                 limit: int, *, include_archived: bool = False,
@@ -581,7 +596,7 @@ class FleetStore:
             conds.append(f"-({emb} <#> %s) >= %s")
             params += [q, float(req.min_score)]
         sql = (f"SELECT {_SELECT}, -({emb} <#> %s) AS score FROM memory_observations o"
-               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, o.id LIMIT %s")
+               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, {_ties('DESC')} LIMIT %s")
         args = [q, *params, q, int(k)]
 
         def go(conn: Any) -> list[Any]:
@@ -593,7 +608,7 @@ class FleetStore:
                                      self.hnsw_iterative_scan, "strict_order"))
                     return conn.execute(sql, args).fetchall()
             return conn.execute(sql, args).fetchall()
-        return [self._hit(r, float(r[17])) for r in self.run(go)]
+        return [self._hit(r, float(r[_SCORE])) for r in self.run(go)]
 
     def ordered_with_scores(self, req: SearchRequest, robots: Sequence[str] | None,
                             map_id: str | None, qvecs: dict[str, np.ndarray], limit: int, *,
@@ -618,7 +633,7 @@ class FleetStore:
         args = cparams + params + ([float(req.min_score)] if req.min_score is not None else [])
         args += oparams_all + [int(limit)]
         rows = self.run(lambda c: c.execute(sql, args).fetchall())
-        return [self._hit(r, None if r[17] is None else float(r[17])) for r in rows]
+        return [self._hit(r, None if r[_SCORE] is None else float(r[_SCORE])) for r in rows]
 
 
 def _time_window(conds: list[str], params: list[Any], column: str, t_min: float | None,
