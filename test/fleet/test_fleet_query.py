@@ -360,6 +360,7 @@ def test_credentials_only_from_env_or_a_private_file(tmp_path, monkeypatch):
                            "--once"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "hunter2" not in done.stdout + done.stderr
     # A password from the environment stays out of the log when the connection fails.
+    make_engine(tmp_path / "m").close()  # a memory to push
     env = {"MEMORY_FLEET_URL": f"postgresql://r:hunter3@/f?host={tmp_path}&connect_timeout=1",
            "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
