@@ -185,19 +185,27 @@ class FleetStore:
     def close(self) -> None:
         self.drop_connection()
 
-    def run(self, fn: Any) -> Any:
+    def run(self, fn: Any, *, retry: bool = True) -> Any:
         """fn(conn) under the lock; a connection-level failure drops the connection and
-        raises FleetUnavailable (the next call reconnects)."""
+        raises FleetUnavailable (the next call reconnects). A connection opened by an earlier
+        call may have gone stale (the server restarted, an idle timeout): with `retry`, fn
+        runs once more on a new connection before the failure counts. Writes pass
+        retry=False: memory-sync retries them with its own backoff."""
         import psycopg
 
         with self._lock:
+            reused = self._conn is not None and not self._conn.closed
             conn = self.conn()
             try:
                 return fn(conn)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 self.drop_connection()
-                raise FleetUnavailable(
-                    f"fleet store {self.label}: {scrub(str(exc).strip(), self._url)}") from None
+                said = scrub(str(exc).strip(), self._url)
+                if retry and reused:
+                    log.info("fleet store %s: connection lost (%s); reconnecting",
+                             self.label, said.splitlines()[0] if said else "closed")
+                    return self.run(fn, retry=False)
+                raise FleetUnavailable(f"fleet store {self.label}: {said}") from None
             except psycopg.Error:
                 if conn.info.transaction_status != 0:  # not idle: roll the failed one back
                     try:
@@ -224,7 +232,7 @@ class FleetStore:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(727274)")
                 conn.execute(schema_sql())
-        self.run(apply)
+        self.run(apply, retry=False)
         self.drop_connection()  # reconnect so the vector type is registered
 
     def ensure_schema(self, create: bool = True) -> None:
@@ -266,7 +274,7 @@ class FleetStore:
                 conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(name))
             conn.execute(stmt)
         try:
-            self.run(build)
+            self.run(build, retry=False)
         except psycopg.errors.InsufficientPrivilege:
             return False
         self._hnsw = None
@@ -276,7 +284,7 @@ class FleetStore:
         from psycopg import sql
 
         self.run(lambda c: c.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
-            sql.Identifier(hnsw_index_name(model_id)))))
+            sql.Identifier(hnsw_index_name(model_id)))), retry=False)
         self._hnsw = None
 
     def models(self) -> dict[str, int]:
@@ -362,7 +370,7 @@ class FleetStore:
 
                     time.sleep(pause_s)
                 return int(changed)
-        return int(self.run(tx))
+        return int(self.run(tx, retry=False))
 
     def push_places(self, robot_id: str, store_id: str, rows: Sequence[tuple]) -> int:
         """Upsert a robot's named places: rows of (name_key, name, map_id, x, y, radius, frame,
@@ -381,7 +389,7 @@ class FleetStore:
                     cur.execute(sql, (robot_id, store_id, *r))
                     n += cur.rowcount
                 return n
-        return int(self.run(tx))
+        return int(self.run(tx, retry=False))
 
     # ---- reads ----------------------------------------------------------------------------
     def stream_names(self) -> set[str]:

@@ -1,8 +1,9 @@
-"""Equal captions tie: the fleet must pick and order the same rows as the robot's own engine.
+"""Fleet answers where they used to differ from the robot's, or fail once.
 
-A describer gives many keyframes the same caption, so equal scores are common; the robot
-breaks them by its row id, newest first, and the fleet has to do the same (its own ids are
-assigned in sync order and mean nothing to the robot). Equal times break the same way.
+Equal captions tie: a describer gives many keyframes the same caption, so equal scores are
+common; the robot breaks them by its row id, newest first, and the fleet has to do the same
+(its own ids are assigned in sync order and mean nothing to the robot). Equal times break the
+same way. A query server outlives database restarts: its first query after one answers.
 """
 
 from __future__ import annotations
@@ -88,3 +89,28 @@ def _local_ids(url: str) -> dict[int, int]:
     with psycopg.connect(url) as conn:
         return dict(conn.execute("SELECT id, local_id FROM memory_observations"
                                  " WHERE robot_id = %s", (ROBOT,)).fetchall())
+
+
+def test_first_query_after_a_database_restart_answers(tied, pg):
+    """The server's connection dies with the database; the next query reconnects on its own
+    rather than answering `unavailable` once."""
+    if not pg.local:
+        pytest.skip("restarts the server: only on the self-contained test server")
+    fleet = tied["fleet"]
+    query = json.dumps({"stream": "camera", "semantic_query": "red wall", "k": 3,
+                        "robot": ROBOT})
+    before = json.loads(fleet.search(query))
+    assert before["ok"] and before["count"] == 3
+    pg.stop()
+    pg.start()
+    after = json.loads(fleet.search(query))  # over the connection the restart cut
+    assert after.get("ok"), after
+    assert [r["id"] for r in after["results"]] == [r["id"] for r in before["results"]]
+    assert json.loads(fleet.streams())["ok"]
+    pg.stop()  # still down: a clear answer, not a hang
+    try:
+        down = json.loads(fleet.search(query))
+        assert down["error"]["code"] == "unavailable", down
+    finally:
+        pg.start()
+    assert json.loads(fleet.search(query))["ok"]
