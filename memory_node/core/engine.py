@@ -208,6 +208,11 @@ class MemoryEngine:
                 "clip", onnx_threads=cfg.onnx_threads, **options)
             self._image_embedder.load()
 
+    @property
+    def serves(self) -> str:
+        """What the engine answers from, for a server's start line."""
+        return f"memory at {self.config.root.resolve()}"
+
     def close(self) -> bool:
         """Write the index cache and close the store. Returns True when the cache was written;
         False when it was not (another process held it, or a write failed: logged), in which

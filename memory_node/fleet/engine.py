@@ -28,7 +28,7 @@ from memory_node.core.errors import BadRequest, Unavailable
 from memory_node.core.places import place_key
 from memory_node.core.query import SEARCH_FIELDS, SearchRequest, loads_strict
 from memory_node.core.visits import VisitSpan
-from memory_node.fleet.credentials import resolve_fleet_url
+from memory_node.fleet.credentials import redact, resolve_fleet_url
 from memory_node.fleet.store import FleetHit, FleetPlace, FleetStore, FleetUnavailable
 from memory_node.fleet.sync import default_map_id, default_robot_id
 
@@ -67,6 +67,12 @@ class FleetEngine(MemoryEngine):
         self.store = store  # type: ignore[assignment]  # the fleet store serves the reads
         log.info("fleet memory opened at %s for robot %r in %.2f s", store.label,
                  self.robot_id, time.perf_counter() - t0)
+
+    @property
+    def serves(self) -> str:
+        """What this engine answers from, for a server's log (it has no memory directory)."""
+        label = self._fleet_store.label if self._fleet_store else redact(self.fleet_url)
+        return f"the fleet store {label} (read-only), asked as robot {self.robot_id!r}"
 
     def close(self) -> bool:
         """Close the fleet store. False, as MemoryEngine.close when no index cache was
