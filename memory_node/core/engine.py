@@ -1,7 +1,7 @@
 """`MemoryEngine`: the one object that owns a memory directory and answers the JSON contract.
 
-The ROS query server and the in-process agent client both wrap it, so DESIGN.md's JSON is
-implemented here once. Sensor ingestion (the recorder) goes through the typed methods
+The ROS query server and the in-process agent client both wrap it, so docs/design.md's JSON
+is implemented here once. Sensor ingestion (the recorder) goes through the typed methods
 `add_camera_frames`, `add_lidar_scan` and `add_observation`.
 """
 
@@ -404,7 +404,7 @@ class MemoryEngine:
             return read_answer(self.streams(), StreamsAnswer)
         return self._guard(self.list_streams, "streams")
 
-    # The JSON strings of DESIGN.md (the ROS server's and ROS clients' path).
+    # The JSON strings of docs/design.md (the ROS server's and ROS clients' path).
     def search(self, query: str) -> str:
         return dumps(self._guard(lambda: self.search_dict(query), "search"))
 

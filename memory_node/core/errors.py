@@ -1,4 +1,4 @@
-"""Error types whose `code` is the one the JSON contract reports (DESIGN.md)."""
+"""Error types whose `code` is the one the JSON contract reports (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`FleetEngine`: the engine's JSON contract served from the fleet store.
 
 It is a `MemoryEngine` whose store is PostgreSQL: the same request parsing, error handling and
-result shape, plus the fleet fields of DESIGN.md ("Contract additions"): `robot` (one id, a
+result shape, plus the fleet fields of docs/design.md ("Fleet store"): `robot` (one id, a
 list, or "all"), `map`, and `robot`/`map` in every result. `save` and `compact` belong to a
 robot's own memory (memory-sync brings the result here) and are refused as bad requests.
 
