@@ -37,7 +37,7 @@ from memory_node.core.contract import (
     result_item,
     unknown_name,
 )
-from memory_node.core.errors import BadRequest, InternalError, MemoryError_, Unavailable
+from memory_node.core.errors import BadRequest, ContractError, InternalError, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
@@ -360,7 +360,7 @@ class MemoryEngine:
             if self.store is None:
                 raise Unavailable("the memory store is closed")
             out = fn()
-        except MemoryError_ as exc:
+        except ContractError as exc:
             if not isinstance(exc, BadRequest):
                 log.warning("%s failed: %.300s", what, exc.message)
             return ErrorAnswer.of(exc.code, exc.message)
@@ -417,7 +417,7 @@ class MemoryEngine:
     def streams(self) -> str:
         return dumps(self._guard(self.streams_dict, "streams"))
 
-    # The answers as dicts (raise MemoryError_ on failure): the JSON shape without the text.
+    # The answers as dicts (raise ContractError on failure): the JSON shape without the text.
     def search_dict(self, query: str) -> dict[str, Any]:
         return self.run_query(self.read_search(query)).model_dump()
 
