@@ -3,6 +3,7 @@
 #
 #   make setup   create/update .venv (pinned deps, package installed editable, types generated)
 #   make test    setup, then pytest over test/ (ROS-isolated: see test/conftest.py)
+#   make test-fast  core and agent tests without the ros/e2e/fleet/slow ones (markers)
 #   make demo    setup, then the demo
 #   make lint    the checks (same as make check)
 #   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]) and
@@ -109,6 +110,12 @@ _setup:
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The quick loop: pure core and agent tests, no ROS nodes, PostgreSQL or minute-long runs.
+.PHONY: test-fast
+test-fast: setup
+	$(PY) -m pytest -m "not ros and not e2e and not fleet and not slow" $(PYTEST_ARGS) \
+	  test/core test/agent
 
 test-install: setup
 	$(PY) -m pytest -m robot_install $(PYTEST_ARGS) test/test_robot_install.py

@@ -30,6 +30,32 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Markers by where a test lives and what it starts (registered in pyproject.toml). `make test`
+# deselects none; `make test-fast` leaves out every marked test.
+_FOLDER_MARKS = {"ros": {"ros"}, "e2e": {"e2e", "ros"}, "fleet": {"fleet"}}
+_ROS_FILES = {"agent/test_ros_client.py", "test_interfaces.py"}  # nodes without ros_process
+# slow: runs of ten seconds or more on an idle 2-core machine (files, or single tests).
+_SLOW = {"e2e/test_soak.py", "e2e/test_import_e2e.py", "bench/test_bench_smoke.py",
+         "bench/test_import_bench_smoke.py",
+         "core/test_index_startup.py",  # a store over the graph threshold, per test module
+         "core/test_index_cache.py::test_sigkill_mid_persist_leaves_a_valid_cache_or_none",
+         "core/test_index_cache.py::test_processes_persisting_to_one_directory_all_succeed"}
+_TEST_ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        rel = os.path.relpath(str(item.path), _TEST_ROOT).replace(os.sep, "/")
+        marks = set(_FOLDER_MARKS.get(rel.split("/")[0], ()))
+        if rel in _ROS_FILES or "ros_process" in getattr(item, "fixturenames", ()):
+            marks.add("ros")
+        test = f"{rel}::{getattr(item, 'originalname', item.name)}"
+        if rel in _SLOW or test in _SLOW or item.get_closest_marker("robot_install"):
+            marks.add("slow")
+        for name in sorted(marks):
+            item.add_marker(name)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return "ros isolation: " + " ".join(f"{k}={v}" for k, v in sorted(_ISOLATION.items()))
 

@@ -137,7 +137,7 @@ def _one_line(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 
 
 def format_result(result: Mapping[str, Any], now: float) -> str:
-    """One search result (DESIGN.md's JSON shape) as one line."""
+    """One search result (docs/design.md's JSON shape) as one line."""
     head = [f"#{result.get('id')}", str(result.get("stream"))]
     if result.get("robot"):  # a fleet's answer: which robot it was
         head.append(f"robot={result['robot']}")

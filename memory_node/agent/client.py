@@ -1,7 +1,7 @@
 """The one small interface the agent layer talks to memory through.
 
-Skills, the MCP server and the prompt helpers only need five calls (DESIGN.md's JSON strings
-plus the robot's current pose) and the memory's clock, so they run unchanged on the
+Skills, the MCP server and the prompt helpers only need five calls (docs/design.md's JSON
+strings plus the robot's current pose) and the memory's clock, so they run unchanged on the
 in-process engine (`EngineClient`, no ROS) or on the ROS services (`RosClient` in
 `ros_client.py`, which imports rclpy lazily).
 
@@ -46,7 +46,7 @@ def error_json(code: str, message: str) -> str:
 
 
 class MemoryClient(ABC):
-    """search/save/compact/streams answer DESIGN.md's JSON strings; they never raise for a
+    """search/save/compact/streams answer docs/design.md's JSON strings; they never raise for a
     backend that is down (they answer `{"ok": false, "error": {"code": "unavailable", ...}}`).
     """
 

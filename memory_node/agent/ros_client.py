@@ -3,8 +3,8 @@
 It owns one small rclpy node (in its own rclpy context, so a host that uses rclpy itself is not
 disturbed), spun on a background thread. It calls `/memory/search|save|compact|streams` with a
 timeout, and keeps the robot's current pose the way the query server does (`PoseTracker`:
-`/tf` and `/tf_static` through the package's TF buffer, tf2_ros where installed, with the
-latest odometry as fallback), so the pose line the agent sees is the pose its notes get. A
+`/tf` and `/tf_static` through the package's own TF buffer, installed tf2_ros or not, with
+the latest odometry as fallback), so the pose line the agent sees is the pose its notes get. A
 server that is not there, not active or too slow gives
 `{"ok": false, "error": {"code": "unavailable", ...}}`, never an exception, so the skills turn
 it into a readable tool error.
@@ -100,7 +100,7 @@ class RosClient(MemoryClient):
             self._clients: dict[str, Any] = {name: node.create_client(srv, f"{prefix}/{name}",
                                                       qos_profile=CLIENT_QOS)
                              for name, srv in self._types.items()}
-            # Same subscriptions and QoS as the nodes (DESIGN.md: /tf_static
+            # Same subscriptions and QoS as the nodes (docs/design.md: /tf_static
             # TRANSIENT_LOCAL, reliable, depth 1).
             self.poses = PoseTracker(node, self.world_frame, self.base_frame, odom or None)
             self._executor = SingleThreadedExecutor(context=self._context)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
-from memory_node.core.errors import MemoryError_
+from memory_node.core.errors import ContractError
 from memory_node.core.query import ENGINE_TAGS, SaveRequest
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose
@@ -287,7 +287,7 @@ class Compactor:
             try:
                 self.save_summary(SaveRequest(text=text[: self.cfg.max_note_bytes], tags=tags),
                                   "summaries", last.t, last.pose)
-            except MemoryError_ as exc:  # e.g. the notes file cannot be written
+            except ContractError as exc:  # e.g. the notes file cannot be written
                 log.warning("summary of %s not stored: %s", day, exc.message)
                 return {"status": "error", "written": written,
                         "message": f"the summary of {day} could not be stored: {exc.message}"}

@@ -47,7 +47,9 @@ class MemoryConfig:
     # Planner: exact scoring of candidate sets up to this size by gathering their vectors;
     # larger sets are scored by one matrix-vector product over the whole stream, then masked.
     exact_gather_max: int = 20000
-    # Unfiltered semantic search over a stream with at least this many vectors uses HNSW
+    # Unfiltered semantic search uses one HNSW graph per embedding model, over all its
+    # streams, once the model holds at least this many vectors; a `stream` restriction uses it
+    # when those streams hold this many and a fifth of the graph, else scans them exactly
     # (efSearch grows with the graph: 1.5x above 50k vectors, 2.5x above 150k, 3x above
     # 500k). Storage "sq8": 8-bit codes in the graph, its best hnsw_rerank candidates
     # re-scored with the float vectors; "flat": float copies.

@@ -1,4 +1,4 @@
-"""The JSON contract (DESIGN.md) as typed models: defined once, used everywhere.
+"""The JSON contract (docs/design.md) as typed models: defined once, used everywhere.
 
 Requests (`SearchQuery`, `SaveNote`) and answers (`SearchAnswer`, `VisitsAnswer`,
 `SaveAnswer`, `CompactAnswer`, `StreamsAnswer`, `ErrorAnswer`) are pydantic v2 models. The
@@ -619,12 +619,12 @@ class ErrorAnswer(Answer):
 
 
 def pose_out(pose: Pose | None) -> PoseOut:
-    """A stored pose in an answer (rounded like DESIGN.md's examples); all null without one."""
+    """A stored pose in an answer (rounded like docs/design.md's examples); all null without one."""
     return PoseOut() if pose is None else PoseOut(**pose.to_dict())
 
 
 def result_item(obs: Observation, score: float | None) -> ResultItem:
-    """One search result (DESIGN.md's shape)."""
+    """One search result (docs/design.md's shape)."""
     return ResultItem(id=obs.id, stream=obs.stream, t=obs.t, pose=pose_out(obs.pose),
                       score=None if score is None else round(float(score), 6), tags=obs.tags,
                       text=obs.text, ref=obs.ref, archived=True if obs.archived else None)

@@ -1,7 +1,7 @@
 """`MemoryEngine`: the one object that owns a memory directory and answers the JSON contract.
 
-The ROS query server and the in-process agent client both wrap it, so DESIGN.md's JSON is
-implemented here once. Sensor ingestion (the recorder) goes through the typed methods
+The ROS query server and the in-process agent client both wrap it, so docs/design.md's JSON
+is implemented here once. Sensor ingestion (the recorder) goes through the typed methods
 `add_camera_frames`, `add_lidar_scan` and `add_observation`.
 """
 
@@ -37,7 +37,7 @@ from memory_node.core.contract import (
     result_item,
     unknown_name,
 )
-from memory_node.core.errors import BadRequest, InternalError, MemoryError_, Unavailable
+from memory_node.core.errors import BadRequest, ContractError, InternalError, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
@@ -208,6 +208,11 @@ class MemoryEngine:
                 "clip", onnx_threads=cfg.onnx_threads, **options)
             self._image_embedder.load()
 
+    @property
+    def serves(self) -> str:
+        """What the engine answers from, for a server's start line."""
+        return f"memory at {self.config.root.resolve()}"
+
     def close(self) -> bool:
         """Write the index cache and close the store. Returns True when the cache was written;
         False when it was not (another process held it, or a write failed: logged), in which
@@ -355,7 +360,7 @@ class MemoryEngine:
             if self.store is None:
                 raise Unavailable("the memory store is closed")
             out = fn()
-        except MemoryError_ as exc:
+        except ContractError as exc:
             if not isinstance(exc, BadRequest):
                 log.warning("%s failed: %.300s", what, exc.message)
             return ErrorAnswer.of(exc.code, exc.message)
@@ -399,7 +404,7 @@ class MemoryEngine:
             return read_answer(self.streams(), StreamsAnswer)
         return self._guard(self.list_streams, "streams")
 
-    # The JSON strings of DESIGN.md (the ROS server's and ROS clients' path).
+    # The JSON strings of docs/design.md (the ROS server's and ROS clients' path).
     def search(self, query: str) -> str:
         return dumps(self._guard(lambda: self.search_dict(query), "search"))
 
@@ -412,7 +417,7 @@ class MemoryEngine:
     def streams(self) -> str:
         return dumps(self._guard(self.streams_dict, "streams"))
 
-    # The answers as dicts (raise MemoryError_ on failure): the JSON shape without the text.
+    # The answers as dicts (raise ContractError on failure): the JSON shape without the text.
     def search_dict(self, query: str) -> dict[str, Any]:
         return self.run_query(self.read_search(query)).model_dump()
 

@@ -1,11 +1,11 @@
-"""Error types whose `code` is the one the JSON contract reports (DESIGN.md)."""
+"""Error types whose `code` is the one the JSON contract reports (docs/design.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-class MemoryError_(Exception):
+class ContractError(Exception):
     """Base of every error the engine turns into `{"ok": false, "error": {...}}`."""
 
     code = "internal"
@@ -18,25 +18,25 @@ class MemoryError_(Exception):
         return {"ok": False, "error": {"code": self.code, "message": self.message}}
 
 
-class BadRequest(MemoryError_):
+class BadRequest(ContractError):
     """The caller sent something malformed; nothing was changed."""
 
     code = "bad_request"
 
 
-class NotActive(MemoryError_):
+class NotActive(ContractError):
     """The service exists but is not active (lifecycle) yet."""
 
     code = "not_active"
 
 
-class Unavailable(MemoryError_):
+class Unavailable(ContractError):
     """A backend the request needs (embedder, index, LLM, current pose) is not available."""
 
     code = "unavailable"
 
 
-class InternalError(MemoryError_):
+class InternalError(ContractError):
     code = "internal"
 
 

@@ -1,7 +1,7 @@
 """`FleetEngine`: the engine's JSON contract served from the fleet store.
 
 It is a `MemoryEngine` whose store is PostgreSQL: the same request parsing, error handling and
-result shape, plus the fleet fields of DESIGN.md ("Contract additions"): `robot` (one id, a
+result shape, plus the fleet fields of docs/design.md ("Fleet store"): `robot` (one id, a
 list, or "all"), `map`, and `robot`/`map` in every result. `save` and `compact` belong to a
 robot's own memory (memory-sync brings the result here) and are refused as bad requests.
 
@@ -28,7 +28,7 @@ from memory_node.core.errors import BadRequest, Unavailable
 from memory_node.core.places import place_key
 from memory_node.core.query import SEARCH_FIELDS, SearchRequest, loads_strict
 from memory_node.core.visits import VisitSpan
-from memory_node.fleet.credentials import resolve_fleet_url
+from memory_node.fleet.credentials import redact, resolve_fleet_url
 from memory_node.fleet.store import FleetHit, FleetPlace, FleetStore, FleetUnavailable
 from memory_node.fleet.sync import default_map_id, default_robot_id
 
@@ -67,6 +67,12 @@ class FleetEngine(MemoryEngine):
         self.store = store  # type: ignore[assignment]  # the fleet store serves the reads
         log.info("fleet memory opened at %s for robot %r in %.2f s", store.label,
                  self.robot_id, time.perf_counter() - t0)
+
+    @property
+    def serves(self) -> str:
+        """What this engine answers from, for a server's log (it has no memory directory)."""
+        label = self._fleet_store.label if self._fleet_store else redact(self.fleet_url)
+        return f"the fleet store {label} (read-only), asked as robot {self.robot_id!r}"
 
     def close(self) -> bool:
         """Close the fleet store. False, as MemoryEngine.close when no index cache was
@@ -247,7 +253,7 @@ class FleetEngine(MemoryEngine):
         for m, q in qvecs.items():
             hits += store.nearest(req, robots, the_map, m, q, req.k, include_archived=archived,
                                   use_hnsw=m in hnsw)
-        hits.sort(key=lambda h: (-(h.score or 0.0), h.obs.id))
+        hits.sort(key=FleetHit.rank_key, reverse=True)  # ties: the robot's order
         hits = hits[:req.k]
         missing = req.k - len(hits)
         if missing > 0 and req.min_score is None:

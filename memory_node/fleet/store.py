@@ -49,7 +49,15 @@ _PUSH_TYPES = ("text", "text", "int8", "text", "float8", "text", "float8", "floa
                "float8", "float8", "float8", "float8")
 _BOX_COLUMNS = ("view_bx0", "view_bx1", "view_by0", "view_by1")
 _SELECT = ("o.id, o.robot_id, o.map_id, o.stream, o.t, o.x, o.y, o.z, o.yaw, o.frame,"
-           " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at")
+           " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at,"
+           " o.local_id, o.store_id")
+_SCORE = 19  # the column after _SELECT's: a row's score, where a query adds one
+
+
+def _ties(d: str) -> str:
+    """Equal scores or times break by the robot's own row order (its local id), `d` (DESC:
+    newest first, as on the robot), then by robot and store so a fleet order is total."""
+    return f"o.local_id {d}, o.robot_id {d}, o.store_id {d}"
 
 
 class FleetUnavailable(Exception):
@@ -58,13 +66,20 @@ class FleetUnavailable(Exception):
 
 @dataclass
 class FleetHit:
-    """One row of a fleet answer: the observation (id = fleet id), whose robot, which map."""
+    """One row of a fleet answer: the observation (id = fleet id), whose robot, which map;
+    `local_id` and `store_id` are the row's id and store on its robot (the tie order)."""
 
     obs: Observation
     robot: str
     map_id: str | None
     score: float | None = None
     archived: bool = False
+    local_id: int = 0
+    store_id: str = ""
+
+    def rank_key(self) -> tuple[float, int, str, str]:
+        """Sort with reverse=True: best score first, ties as `_ties("DESC")` orders them."""
+        return (self.score or 0.0, self.local_id, self.robot, self.store_id)
 
     def to_result(self) -> dict[str, Any]:
         out = self.obs.to_result(self.score)
@@ -170,19 +185,27 @@ class FleetStore:
     def close(self) -> None:
         self.drop_connection()
 
-    def run(self, fn: Any) -> Any:
+    def run(self, fn: Any, *, retry: bool = True) -> Any:
         """fn(conn) under the lock; a connection-level failure drops the connection and
-        raises FleetUnavailable (the next call reconnects)."""
+        raises FleetUnavailable (the next call reconnects). A connection opened by an earlier
+        call may have gone stale (the server restarted, an idle timeout): with `retry`, fn
+        runs once more on a new connection before the failure counts. Writes pass
+        retry=False: memory-sync retries them with its own backoff."""
         import psycopg
 
         with self._lock:
+            reused = self._conn is not None and not self._conn.closed
             conn = self.conn()
             try:
                 return fn(conn)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 self.drop_connection()
-                raise FleetUnavailable(
-                    f"fleet store {self.label}: {scrub(str(exc).strip(), self._url)}") from None
+                said = scrub(str(exc).strip(), self._url)
+                if retry and reused:
+                    log.info("fleet store %s: connection lost (%s); reconnecting",
+                             self.label, said.splitlines()[0] if said else "closed")
+                    return self.run(fn, retry=False)
+                raise FleetUnavailable(f"fleet store {self.label}: {said}") from None
             except psycopg.Error:
                 if conn.info.transaction_status != 0:  # not idle: roll the failed one back
                     try:
@@ -209,7 +232,7 @@ class FleetStore:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(727274)")
                 conn.execute(schema_sql())
-        self.run(apply)
+        self.run(apply, retry=False)
         self.drop_connection()  # reconnect so the vector type is registered
 
     def ensure_schema(self, create: bool = True) -> None:
@@ -251,7 +274,7 @@ class FleetStore:
                 conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(name))
             conn.execute(stmt)
         try:
-            self.run(build)
+            self.run(build, retry=False)
         except psycopg.errors.InsufficientPrivilege:
             return False
         self._hnsw = None
@@ -261,7 +284,7 @@ class FleetStore:
         from psycopg import sql
 
         self.run(lambda c: c.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
-            sql.Identifier(hnsw_index_name(model_id)))))
+            sql.Identifier(hnsw_index_name(model_id)))), retry=False)
         self._hnsw = None
 
     def models(self) -> dict[str, int]:
@@ -347,7 +370,7 @@ class FleetStore:
 
                     time.sleep(pause_s)
                 return int(changed)
-        return int(self.run(tx))
+        return int(self.run(tx, retry=False))
 
     def push_places(self, robot_id: str, store_id: str, rows: Sequence[tuple]) -> int:
         """Upsert a robot's named places: rows of (name_key, name, map_id, x, y, radius, frame,
@@ -366,7 +389,7 @@ class FleetStore:
                     cur.execute(sql, (robot_id, store_id, *r))
                     n += cur.rowcount
                 return n
-        return int(self.run(tx))
+        return int(self.run(tx, retry=False))
 
     # ---- reads ----------------------------------------------------------------------------
     def stream_names(self) -> set[str]:
@@ -470,13 +493,13 @@ class FleetStore:
     @staticmethod
     def _hit(r: Sequence[Any], score: float | None = None) -> FleetHit:
         (fid, robot, map_id, stream, t, x, y, z, yaw, frame, source, tags, text, ref, model_id,
-         note_key, archived_at) = r[:17]
+         note_key, archived_at, local_id, store_id) = r[:_SCORE]
         pose = None
         if x is not None and y is not None:
             pose = Pose(x=x, y=y, z=z or 0.0, yaw=yaw or 0.0, frame=frame or "", source=source)
         obs = Observation(stream=stream, t=t, pose=pose, tags=tags, text=text, ref=ref, id=fid,
                           model_id=model_id, note_key=note_key)
-        return FleetHit(obs, robot, map_id, score, archived_at is not None)
+        return FleetHit(obs, robot, map_id, score, archived_at is not None, local_id, store_id)
 
     @staticmethod
     def where(req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
@@ -537,12 +560,12 @@ class FleetStore:
     def _order(order_by: str) -> tuple[str, list[Any]]:
         if order_by in ("-time", "time", "score"):
             d = "ASC" if order_by == "time" else "DESC"
-            return f"o.t {d}, o.id {d}", []
+            return f"o.t {d}, {_ties(d)}", []
         d = "DESC" if order_by.startswith("-") else "ASC"
         tag = order_by.lstrip("-")
         num = ("(CASE WHEN jsonb_typeof(o.tags -> %s) = 'number'"
                " THEN (o.tags ->> %s)::float8 END)")
-        return f"{num} IS NULL, {num} {d}, o.t DESC, o.id DESC", [tag, tag, tag, tag]
+        return f"{num} IS NULL, {num} {d}, o.t DESC, {_ties('DESC')}", [tag, tag, tag, tag]
 
     def ordered(self, req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
                 limit: int, *, include_archived: bool = False,
@@ -581,7 +604,7 @@ class FleetStore:
             conds.append(f"-({emb} <#> %s) >= %s")
             params += [q, float(req.min_score)]
         sql = (f"SELECT {_SELECT}, -({emb} <#> %s) AS score FROM memory_observations o"
-               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, o.id LIMIT %s")
+               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, {_ties('DESC')} LIMIT %s")
         args = [q, *params, q, int(k)]
 
         def go(conn: Any) -> list[Any]:
@@ -593,7 +616,7 @@ class FleetStore:
                                      self.hnsw_iterative_scan, "strict_order"))
                     return conn.execute(sql, args).fetchall()
             return conn.execute(sql, args).fetchall()
-        return [self._hit(r, float(r[17])) for r in self.run(go)]
+        return [self._hit(r, float(r[_SCORE])) for r in self.run(go)]
 
     def ordered_with_scores(self, req: SearchRequest, robots: Sequence[str] | None,
                             map_id: str | None, qvecs: dict[str, np.ndarray], limit: int, *,
@@ -618,7 +641,7 @@ class FleetStore:
         args = cparams + params + ([float(req.min_score)] if req.min_score is not None else [])
         args += oparams_all + [int(limit)]
         rows = self.run(lambda c: c.execute(sql, args).fetchall())
-        return [self._hit(r, None if r[17] is None else float(r[17])) for r in rows]
+        return [self._hit(r, None if r[_SCORE] is None else float(r[_SCORE])) for r in rows]
 
 
 def _time_window(conds: list[str], params: list[Any], column: str, t_min: float | None,

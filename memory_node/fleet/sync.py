@@ -413,7 +413,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--world-frame", default="map", help="the world frame (default map)")
     p.add_argument("--once", action="store_true",
                    help="push what is queued now; exit 0 when all is acknowledged, 1 when the "
-                        "timeout passes first")
+                        "timeout passes first, 2 when the memory directory holds no memory.db")
     p.add_argument("--timeout", type=float, default=None,
                    help="with --once: give up after this many seconds (default 300)")
     p.add_argument("--interval", type=float, default=0.25,
@@ -501,6 +501,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     values = {"memory_dir": args.memory_dir} if args.memory_dir else {}
     root = MemoryConfig.from_mapping(values).root
+    if args.once and not (root / "memory.db").is_file():
+        # Nothing to push, and most likely a mistyped directory: say so rather than create an
+        # empty store there and report "0 rows sent".
+        print(f"memory-sync: no memory at {root} (no memory.db there): give the robot's "
+              "memory directory with --memory-dir or $AGENT_MEMORY_DIR", file=sys.stderr)
+        return 2
     robot_id = args.robot_id or os.environ.get("MEMORY_ROBOT_ID") or default_robot_id()
     map_id = args.map_id or os.environ.get("MEMORY_MAP_ID") or None
     sync = FleetSync(root, store, robot_id, map_id=map_id, world_frame=args.world_frame,

@@ -75,7 +75,8 @@ def pose_tracker_from_params(node: Node, host: Node | None = None, **kwargs: Any
                        max_pose_age_s=p["max_pose_age_s"], **kwargs)
 
 
-# The node name of the TF listener a process shares (see `start_tf_listener`).
+# The node name of the TF listener memory-node's process shares (`ros.main` makes it and
+# hands it to `pose_tracker_from_params`).
 TF_LISTENER_NODE = "memory_tf_listener"
 
 
@@ -83,10 +84,11 @@ class PoseTracker(PoseHistory):
     """The process's TF listener: core.pose_history.PoseHistory fed from /tf, /tf_static and
     (when `odom_topic` is given) odometry subscriptions on `node`, on the node clock.
 
-    One per process (`start_tf_listener`), shared by the recorder and the query server: each
-    /tf message is read once, from its bytes (`tf_wire`, a raw subscription), and joint
-    transforms below the base frame are dropped before they cost anything. Always the
-    package's own TF buffer — the one TF path, tested here and used on robots alike.
+    One per process (memory-node's `TF_LISTENER_NODE`; a node started alone makes its own),
+    shared by the recorder and the query server: each /tf message is read once, from its
+    bytes (`tf_wire`, a raw subscription), and joint transforms below the base frame are
+    dropped before they cost anything. Always the package's own TF buffer — the one TF path,
+    tested here and used on robots alike.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,

@@ -181,7 +181,7 @@ class MemoryServer(LifecycleNode):
                 self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
                 return TransitionCallbackReturn.FAILURE
             self._engine_identity = config.identity()
-        self.get_logger().info(f"configured: memory at {config.root.resolve()}")
+        self.get_logger().info(f"configured: {self.engine.serves}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
@@ -212,7 +212,9 @@ class MemoryServer(LifecycleNode):
         with self._lock:
             if self.engine is not None:
                 persisted = self.engine.close()
+                fleet = self.settings["backend"] == "fleet"  # a connection; no index cache
                 self.get_logger().info(
+                    "fleet store connection closed" if fleet else
                     "memory closed (index persisted)" if persisted else
                     "memory closed (index cache not written: the next start catches up "
                     "from memory.db)")

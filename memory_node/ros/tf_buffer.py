@@ -2,8 +2,8 @@
 
 pip has no tf2_ros, and a robot's tf2_ros differs where poses depend on it (no extrapolation
 direction, no refusal to interpolate across lost samples, no hold-at-the-edge tolerance), so
-the package always uses this buffer, fed from /tf and /tf_static (`ros.tf_listener`), on a
-robot as in tests. It mirrors tf2's semantics where they matter:
+the package always uses this buffer, fed from /tf and /tf_static (`ros.common.PoseTracker`),
+on a robot as in tests. It mirrors tf2's semantics where they matter:
 
 - edges are stored by child frame; /tf_static edges keep only the latest, /tf edges keep a
   time-sorted history pruned to `cache_time_s` behind that edge's newest sample;

@@ -101,6 +101,18 @@ def test_the_skill_list_and_its_schemas(mem):
     assert not by["remember"].read_only and by["query_memory"].read_only
 
 
+def test_the_readme_names_every_skill(mem):
+    """The README's skill list is the registry's: its count in words and every name."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    said = re.search(r"^(\w+) skills — (.+?) — as a", readme, re.M | re.S)
+    assert said, "the README's 'For the agent' section names the skills"
+    names = re.findall(r"`(\w+)`", said.group(2))
+    assert sorted(names) == sorted(s.name for s in get_skills(mem.client))
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+             "ten", "eleven", "twelve"]
+    assert words.index(said.group(1).lower()) == len(names)
+
+
 def test_query_memory_description_carries_the_live_streams(fresh):
     desc = fresh.skills()["query_memory"].description
     assert "- camera: 2 observations, semantic search" in desc

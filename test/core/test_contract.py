@@ -1,5 +1,5 @@
-"""The contract models: docs/design.md's field tables are the models', every field of DESIGN.md
-is in them, and the engine answers each mistake with a short, useful message."""
+"""The contract models: docs/design.md's field tables are the models', every field it names is
+in them, and the engine answers each mistake with a short, useful message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The engine facade against DESIGN.md's JSON contract, as an agent or a ROS client sees it."""
+"""The engine facade against docs/design.md's JSON contract, as an agent or a ROS client sees it."""
 
 from __future__ import annotations
 

@@ -360,6 +360,7 @@ def test_credentials_only_from_env_or_a_private_file(tmp_path, monkeypatch):
                            "--once"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "hunter2" not in done.stdout + done.stderr
     # A password from the environment stays out of the log when the connection fails.
+    make_engine(tmp_path / "m").close()  # a memory to push
     env = {"MEMORY_FLEET_URL": f"postgresql://r:hunter3@/f?host={tmp_path}&connect_timeout=1",
            "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "memory_node.fleet.sync", "--memory-dir",
@@ -436,8 +437,10 @@ def test_least_privilege_robot_role_syncs_its_own_rows_only(tmp_path, pg):
 
 def test_memory_server_backend_fleet_serves_the_same_services(fleet, ros_process, tmp_path):
     """`memory-server -p backend:=fleet` (URL from the environment) answers /memory/search
-    and /memory/streams from the shared store, robot in every result."""
+    and /memory/streams from the shared store, robot in every result; its log names the
+    fleet store, not a memory directory or index cache it does not have."""
     import rclpy
+    from ros_helpers import stop
 
     from memory_node.ros.cli import ServiceCaller
 
@@ -459,6 +462,13 @@ def test_memory_server_backend_fleet_serves_the_same_services(fleet, ros_process
     finally:
         caller.close()
         rclpy.shutdown(context=ctx)
+    assert stop(proc) == 0
+    log = proc.output
+    assert f"configured: the fleet store {redact(fleet['url'])} (read-only), asked as robot " \
+        "'r1'" in log, log
+    assert "fleet store connection closed" in log, log
+    assert "memory at" not in log and "index cache" not in log, log
+    assert not (tmp_path / "unused").exists()
 
 
 def test_skills_on_a_fleet_take_robot_and_say_which_robot(fleet):

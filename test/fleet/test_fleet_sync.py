@@ -312,6 +312,19 @@ def test_once_gives_up_with_exit_1_when_the_fleet_stays_away(tmp_path):
     assert "not everything was acknowledged" in done.stderr
 
 
+def test_once_without_a_memory_refuses_and_creates_nothing(tmp_path, fleet_url):
+    """A mistyped --memory-dir is an error, not an empty store and "0 rows sent"."""
+    missing, empty = tmp_path / "no" / "such" / "dir", tmp_path / "empty"
+    empty.mkdir()
+    for mem in (missing, empty):
+        done = subprocess.run(sync_cmd(mem, "r6", "--once"), env=sync_env(fleet_url),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert f"no memory at {mem}" in done.stderr
+    assert not (tmp_path / "no").exists() and list(empty.iterdir()) == []
+    assert fleet_count(fleet_url, "r6") == 0
+
+
 def test_a_version_1_fleet_is_upgraded_and_every_row_gains_its_view(tmp_path, fleet_url):
     mem = tmp_path / "r6"
     eng = make_engine(mem)

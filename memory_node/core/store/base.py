@@ -101,8 +101,9 @@ class ObservationStore(ABC):
         return True
 
     # Named places, visits, view-cone searches and the archive: a store that lacks one of these
-    # leaves it unimplemented, and its engine answers bad_request for the feature (the fleet
-    # engine does) rather than calling it.
+    # leaves it unimplemented; an engine over such a store names the request fields it cannot
+    # serve in `MemoryEngine.UNSUPPORTED_SEARCH` (answered bad_request, never called). The
+    # fleet engine serves them all, from its own PostgreSQL store.
     def pose_track(self, t_min: float | None = None, t_max: float | None = None,
                    streams: Sequence[str] | None = None) -> np.ndarray:
         """(t, x, y) of every row with a pose, kept or archived, in time order (visits)."""
