@@ -19,49 +19,29 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from bench.common import BENCH_DIR, CACHE_DIR
+from memory_node.sim.chat_endpoint import Answer, ChatEndpoint, assistant, completion, error
 
 
-class _StandIn:
+class _StandIn(ChatEndpoint):
+    """Answers after `latency_s`, and refuses every fifth request with HTTP 429."""
+
     def __init__(self, latency_s: float):
+        self.latency_s = latency_s
         self.times: list[float] = []
-        outer = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.times.append(time.time())
-                n = len(outer.times)
-                time.sleep(latency_s)
-                if n % 5 == 0:
-                    code, body = 429, {"error": {"message": "rate limited"}}
-                else:
-                    code, body = 200, {"choices": [{"index": 0, "finish_reason": "stop",
-                                                    "message": {"role": "assistant",
-                                                                "content": f"a room, {n}"}}]}
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/v1"
+    def answer(self, body: dict[str, Any], request: Any = None) -> Answer:
+        self.times.append(time.time())
+        n = len(self.times)
+        time.sleep(self.latency_s)
+        if n % 5 == 0:
+            return 429, error("rate limited")
+        return 200, completion(assistant(f"a room, {n}"))
 
     def peak_per_min(self) -> int:
         return max((sum(1 for u in self.times if t <= u < t + 60) for t in self.times),
@@ -74,7 +54,8 @@ def _run(describer: str, sample: Any, rate: float, scratch: Path, domain: int,
 
     env = isolated_env(domain)
     standin = _StandIn(latency_s)
-    env.update({"VLM_BASE_URL": standin.url, "VLM_API_KEY": "sk-bench-standin",
+    standin.start()
+    env.update({"VLM_BASE_URL": standin.base_url, "VLM_API_KEY": "sk-bench-standin",
                 "VLM_MODEL": "standin"})
     mem = scratch / f"mem_{describer}"
     shutil.rmtree(mem, ignore_errors=True)
@@ -92,7 +73,7 @@ def _run(describer: str, sample: Any, rate: float, scratch: Path, domain: int,
         time.sleep(drain_s)
     finally:
         rec.stop()
-        standin.server.shutdown()
+        standin.stop()
     stats = next(json.loads(line.split("recorder stopped:", 1)[1].strip())
                  for line in rec.lines if "recorder stopped:" in line)
     db = sqlite3.connect(mem / "memory.db")

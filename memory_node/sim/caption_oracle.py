@@ -11,13 +11,12 @@ with a model whose answers are known to be right; `--captions vlm` asks a real m
 from __future__ import annotations
 
 import base64
-import json
-import threading
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
+
+from memory_node.sim.chat_endpoint import Answer, ChatEndpoint, assistant, completion, error
 
 THUMB = (32, 24)
 
@@ -30,7 +29,7 @@ def thumbnail(image_bgr: np.ndarray) -> np.ndarray:
     return (small - small.mean()).ravel() / (small.std() + 1e-3)
 
 
-class CaptionOracle:
+class CaptionOracle(ChatEndpoint):
     """`with CaptionOracle(frames, caption_at) as oracle:` — `frames` are (t, image) of the
     keyframes that may be asked about; `caption_at(t)` is the true caption at stamp t."""
 
@@ -42,38 +41,21 @@ class CaptionOracle:
         self.thumbs = np.stack([thumbnail(img) for _, img in frames])
         self.caption_at = caption_at
         self.requests = 0
-        outer = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests += 1
-                payload: dict[str, Any]
-                try:
-                    text = outer.answer(body)
-                    code, payload = 200, {"choices": [{"index": 0, "finish_reason": "stop",
-                                                       "message": {"role": "assistant",
-                                                                   "content": text}}]}
-                except ValueError as exc:
-                    code, payload = 400, {"error": {"message": str(exc)}}
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+    def answer(self, body: dict[str, Any], request: Any = None) -> Answer:
+        self.requests += 1
+        try:
+            return 200, completion(assistant(self.caption(body)))
+        except ValueError as exc:
+            return 400, error(str(exc))
 
     def frame_time(self, image_bgr: np.ndarray) -> float:
         d = np.linalg.norm(self.thumbs - thumbnail(image_bgr)[None, :], axis=1)
         return float(self.times[int(np.argmin(d))])
 
-    def answer(self, body: dict[str, Any]) -> str:
+    def caption(self, body: dict[str, Any]) -> str:
+        """The true caption of the frame whose image the request carries."""
         import cv2
 
         try:
@@ -86,15 +68,3 @@ class CaptionOracle:
         if img is None:
             raise ValueError("the image is not a JPEG or PNG")
         return self.caption_at(self.frame_time(img))
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/v1"
-
-    def __enter__(self) -> CaptionOracle:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
