@@ -364,14 +364,7 @@ class SqliteObservationStore(ObservationStore):
                     " ON v.id = o.id WHERE o.id=?", (obs_id,)).fetchone()
                 if row is not None:
                     stream, old_model, old_slot = row
-                    if old_slot is not None:  # re-embedded: the old row is dead
-                        self._w.execute("DELETE FROM vectors WHERE id=?", (obs_id,))
-                        self._mark_dead(old_model, stream, 1)
-                    self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
-                                    (model_id, obs_id))
-                    self._append_vectors([(obs_id, model_id, stream, vector)])
-                    self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
-                                    (obs_id,))
+                    self._replace_vector(obs_id, stream, old_model, old_slot, vector, model_id)
                 self._commit()
             except BaseException:
                 self._rollback()
@@ -397,23 +390,26 @@ class SqliteObservationStore(ObservationStore):
                 self._note_tag_keys(stream, tags)
                 if vector is not None:
                     assert model_id is not None
-                    if old_slot is not None:
-                        self._w.execute("DELETE FROM vectors WHERE id=?", (obs_id,))
-                        self._mark_dead(old_model, stream, 1)
-                        if old_model != model_id:  # out of the old model's index first
-                            self._w.execute(
-                                "INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')",
-                                (obs_id,))
-                    self._w.execute("UPDATE observations SET model_id=? WHERE id=?",
-                                    (model_id, obs_id))
-                    self._append_vectors([(obs_id, model_id, stream, vector)])
-                    self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')",
-                                    (obs_id,))
+                    self._replace_vector(obs_id, stream, old_model, old_slot, vector, model_id)
                 self._commit()
                 return True
             except BaseException:
                 self._rollback()
                 raise
+
+    def _replace_vector(self, obs_id: int, stream: str, old_model: str,
+                        old_slot: int | None, vector: np.ndarray, model_id: str) -> None:
+        """Give a row a new embedding (inside the caller's write transaction): its old vector,
+        if any, is dead, and leaves the old model's index first when the model changes."""
+        if old_slot is not None:
+            self._w.execute("DELETE FROM vectors WHERE id=?", (obs_id,))
+            self._mark_dead(old_model, stream, 1)
+            if old_model != model_id:
+                self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'del')",
+                                (obs_id,))
+        self._w.execute("UPDATE observations SET model_id=? WHERE id=?", (model_id, obs_id))
+        self._append_vectors([(obs_id, model_id, stream, vector)])
+        self._w.execute("INSERT INTO vector_log(obs_id, op) VALUES (?, 'add')", (obs_id,))
 
     def tagged(self, stream: str, key: str, value: str, after_id: int = 0,
                limit: int = 1000) -> list[Observation]:
