@@ -363,12 +363,21 @@ class PoseHistory:
         age = max(ages, default=0.0)  # a static-only chain is always current
         return dataclasses.replace(pose, age_s=age, stale=age > self.max_pose_age_s)
 
+    def frames_above(self, frame: str, limit: int = 64) -> list[str]:
+        """The frames above `frame` in TF, nearest first, up to the root (at most `limit`)."""
+        parents = self.buffer.frames()
+        out: list[str] = []
+        while frame in parents and len(out) < limit:
+            frame = parents[frame]
+            out.append(frame)
+        return out
+
     def _tf_chain(self) -> list[str]:
         """The frames from the base frame up towards the world frame (each an edge's child)."""
         parents = self.buffer.frames()
         chain: list[str] = []
-        frame = self.base_frame
-        while frame != self.world_frame and frame in parents and len(chain) < 64:
+        for frame in (self.base_frame, *self.frames_above(self.base_frame)):
+            if frame == self.world_frame or frame not in parents or len(chain) >= 64:
+                break
             chain.append(frame)
-            frame = parents[frame]
         return chain

@@ -424,16 +424,6 @@ class RecorderPolicy:
             return None
         return base.compose(mount)
 
-    def _frames_above_base(self) -> set[str]:
-        """The frames above the base frame in TF (odom, map, ...)."""
-        parents = self.poses.buffer.frames()
-        out: set[str] = set()
-        node = self.poses.base_frame
-        while node in parents and len(out) < 64:
-            node = parents[node]
-            out.add(node)
-        return out
-
     def _scan_tags(self, job: Job, pts: np.ndarray) -> dict[str, Any]:
         """The stored cloud's frame, and for a cloud in a world-like frame (the world frame,
         the pose's frame, any frame above the base: go2_ros2_sdk's /point_cloud2 is a map
@@ -446,7 +436,7 @@ class RecorderPolicy:
         tags: dict[str, Any] = {"frame": frame}
         p = self.poses
         pose_frame = job.pose.frame if job.pose is not None else None
-        if frame not in (p.world_frame, pose_frame) and frame not in self._frames_above_base():
+        if frame not in (p.world_frame, pose_frame) and frame not in p.frames_above(p.base_frame):
             return tags
         robot: tuple[float, float] | None = None
         try:
