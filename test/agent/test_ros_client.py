@@ -21,6 +21,7 @@ import anyio
 import pytest
 from agent_support import NO_LLM_ENV, REPO, PoseBox, make_engine, seed_dir, stdio_session, text_of
 from ros_helpers import Process, spawn, stop
+from waiting import wait_until
 
 from memory_node.agent.client import EngineClient
 from memory_node.agent.ros_client import RosClient
@@ -56,16 +57,6 @@ class TfPublisher:
     def close(self) -> None:
         self.node.destroy_node()
         self.context.try_shutdown()
-
-
-def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 class Setup:

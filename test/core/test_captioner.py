@@ -12,7 +12,6 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 from engine_support import FakeClock, minilm
 from vlm_server import VLMServer
+from waiting import wait_until
 
 from memory_node.core.captioner import CaptionPolicy
 from memory_node.core.config import MemoryConfig
@@ -48,14 +48,6 @@ class SimTime:
         with self._lock:
             self.now += max(0.0, s)
         time.sleep(0.002)
-
-
-def wait_until(cond: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def _image(i: int) -> np.ndarray:
@@ -103,7 +95,7 @@ def test_keyframes_are_stored_at_once_and_captioned_later(tmp_path: Path) -> Non
             assert all(r.text and "caption" not in r.text for r in rows.values())
             assert states(eng) == {"captioned": 0, "pending": 4, "failed": 0}
             srv.gate.set()
-            wait_until(lambda: states(eng)["captioned"] == 4)
+            wait_until(lambda: states(eng)["captioned"] == 4, "4 captioned", 90)
             rows = eng.store.get(ids)
             assert all("blue backpack" in r.text for r in rows.values())
             assert all(r.tags["caption"] == "done" for r in rows.values())
@@ -136,7 +128,7 @@ def test_only_novel_views_are_admitted(tmp_path: Path) -> None:
             admitted = [i for i in ids if "caption" in rows[i].tags]
             assert admitted == [ids[0], ids[5], ids[6], ids[7]]
             assert eng.store.count() >= 8  # every keyframe kept, captioned or not
-            wait_until(lambda: states(eng)["captioned"] == 4)
+            wait_until(lambda: states(eng)["captioned"] == 4, "4 captioned", 90)
         finally:
             eng.close()
 
@@ -157,7 +149,7 @@ def test_budget_holds_through_429s_and_500s(tmp_path: Path) -> None:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=3)
         try:
             eng.add_camera_frames(_frames(10))
-            wait_until(lambda: states(eng)["captioned"] == 10)
+            wait_until(lambda: states(eng)["captioned"] == 10, "10 captioned", 90)
             assert states(eng) == {"captioned": 10, "pending": 0, "failed": 0}
             assert len(times) > 10  # the refused requests were retried
             for t in times:  # any 60 s holds at most 3 requests
@@ -178,7 +170,7 @@ def test_outage_backs_off_then_catches_up(tmp_path: Path) -> None:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30)
         try:
             eng.add_camera_frames(_frames(6))
-            wait_until(lambda: states(eng)["captioned"] == 6)
+            wait_until(lambda: states(eng)["captioned"] == 6, "6 captioned", 90)
             gaps = np.diff(times[:6])
             assert all(b > a * 1.5 for a, b in zip(gaps, gaps[1:], strict=False))  # growing
             assert states(eng)["failed"] == 0
@@ -197,7 +189,7 @@ def test_dead_endpoint_ends_in_failed_not_lost(tmp_path: Path) -> None:
                   options={"max_attempts": 3}, caption_max_per_min=30)
     try:
         ids = eng.add_camera_frames(_frames(3))
-        wait_until(lambda: states(eng)["failed"] == 3)
+        wait_until(lambda: states(eng)["failed"] == 3, "3 failed", 90)
         rows = eng.store.get(ids)
         assert all("cannot reach" in r.tags["caption_error"] for r in rows.values())
         assert all(r.text for r in rows.values())  # the heuristic text stays searchable
@@ -212,7 +204,7 @@ def test_a_bad_request_answer_fails_at_once(tmp_path: Path) -> None:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30)
         try:
             eng.add_camera_frames(_frames(2))
-            wait_until(lambda: states(eng)["failed"] == 2)
+            wait_until(lambda: states(eng)["failed"] == 2, "2 failed", 90)
             assert srv.count == 2
         finally:
             eng.close()
@@ -230,7 +222,7 @@ def test_restart_continues_pending_captions(tmp_path: Path) -> None:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30)
         try:
             assert states(eng)["pending"] + states(eng)["captioned"] == 3
-            wait_until(lambda: states(eng)["captioned"] == 3)
+            wait_until(lambda: states(eng)["captioned"] == 3, "3 captioned", 90)
             assert all("green sofa" in r.text for r in eng.store.get(ids).values())
         finally:
             eng.close()
@@ -241,7 +233,7 @@ def test_policy_remembers_admitted_views_across_a_restart(tmp_path: Path) -> Non
     with VLMServer() as srv:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=60)
         eng.add_camera_frames(_frames(2))
-        wait_until(lambda: states(eng)["captioned"] == 2)
+        wait_until(lambda: states(eng)["captioned"] == 2, "2 captioned", 90)
         eng.close()
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=60,
                    policy=CaptionPolicy())
@@ -277,7 +269,7 @@ def test_an_exhausted_budget_waits_instead_of_polling(tmp_path: Path) -> None:
                            describer=VLMDescriber(client), llm_settings=None)
         try:
             eng.add_camera_frames(_frames(3))
-            wait_until(lambda: states(eng)["captioned"] == 1)
+            wait_until(lambda: states(eng)["captioned"] == 1, "1 captioned", 90)
             reads = []
             real = eng.store.tagged
             eng.store.tagged = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[method-assign]

@@ -20,6 +20,7 @@ import numpy as np
 import psycopg
 import pytest
 from engine_support import FakeClock, PoseBox, make_engine
+from waiting import wait_until
 
 from memory_node.core.notes import NotesLog
 from memory_node.core.places import Places
@@ -144,15 +145,6 @@ def sync_env(url: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "MEMORY_FLEET_URL": url, **extra}
 
 
-def wait_for(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_everything_arrives_once_with_pose_tags_vectors_and_archives(tmp_path, fleet_url):
     clock, pose = FakeClock(), PoseBox(Pose(1.5, -2.0, yaw=0.3, frame="map"))
     eng = make_engine(tmp_path / "r1", clock=clock, pose=pose)
@@ -245,15 +237,15 @@ def test_server_stopped_mid_sync_then_restarted_loses_and_duplicates_nothing(
                             env=sync_env(fleet_url, **{PAUSE_ENV: "0.05"}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: fleet_count(fleet_url, "r3") >= 300, 60, "the first batches")
+        wait_until(lambda: fleet_count(fleet_url, "r3") >= 300, "the first batches", 60)
         pg.stop()  # mid-sync: batches are in flight
         _bulk(eng, 500, start=1500)  # the robot keeps recording with the fleet away
         assert json.loads(eng.save(json.dumps({"place": "charger", "x": 1, "y": 2})))["ok"]
         time.sleep(1.5)  # a few failed retries
         pg.start()
         _bulk(eng, 200, start=2000)
-        wait_for(lambda: fleet_count(fleet_url, "r3") == 2200, 90, "every row")
-        wait_for(lambda: "charger" in fleet_places(fleet_url, "r3"), 30, "the place")
+        wait_until(lambda: fleet_count(fleet_url, "r3") == 2200, "every row", 90)
+        wait_until(lambda: "charger" in fleet_places(fleet_url, "r3"), "the place", 30)
         time.sleep(0.5)
         assert_same(mem / "memory.db", fleet_url, "r3")
     finally:
@@ -282,11 +274,11 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(tmp_path, fleet_url):
         proc = subprocess.Popen(sync_cmd(mem, "r4", "--once", "--batch-size", "100"),
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(killed_after)
-        wait_for(lambda: _idle_in_transaction(fleet_url), 60, "a batch's open transaction")
+        wait_until(lambda: _idle_in_transaction(fleet_url), "a batch's open transaction", 60)
         before = fleet_count(fleet_url, "r4")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        wait_for(lambda: not _idle_in_transaction(fleet_url), 30, "the rollback")
+        wait_until(lambda: not _idle_in_transaction(fleet_url), "the rollback", 30)
         assert fleet_count(fleet_url, "r4") == before  # the killed batch left nothing
     done = subprocess.run(sync_cmd(mem, "r4", "--once", "--batch-size", "100"),
                           env=sync_env(fleet_url), capture_output=True, text=True, timeout=120)

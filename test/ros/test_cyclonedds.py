@@ -17,6 +17,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 PUBLISHER = Path(__file__).with_name("cyclone_publisher.py")
 CYCLONE_CONFIG = """<CycloneDDS><Domain Id="any">
@@ -59,6 +60,10 @@ def test_memory_node_hears_odom_and_tf_from_cyclone_dds(ros, ros_process, tmp_pa
     xs = [r["pose"]["x"] for r in rows]
     assert all(b - a >= 0.45 for a, b in pairwise(xs)), xs
     assert xs[-1] >= 4.3, xs  # through to the end of the drive
-    streams = {s["name"]: s for s in call("streams")["streams"]}
-    assert streams["odom"]["status"] == "recording", streams["odom"]
+    # The stream's state comes from the recorder's /memory/recorder_stats, published on each
+    # change and every 5 s; it stays "recording" for topic_timeout_s (10 s) after the last odom.
+    odom = wait_until(lambda: next((s for s in call("streams")["streams"]
+                                    if s["name"] == "odom" and "status" in s), None),
+                      "the recorder's state in the streams answer", timeout=8)
+    assert odom["status"] == "recording", odom
     assert "Traceback" not in node.output + robot.output
