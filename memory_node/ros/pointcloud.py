@@ -159,10 +159,18 @@ def voxel_downsample(points: np.ndarray, voxel: float = 0.1) -> np.ndarray:
     if work.shape[0] == 0:
         return np.empty((0, pts.shape[1]), dtype=out_dtype)
     keys = np.floor(work[:, :3] / voxel).astype(np.int64)
-    _, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    keys -= keys.min(axis=0)
+    spans = keys.max(axis=0) + 1
+    if float(spans[0]) * float(spans[1]) * float(spans[2]) < 2.0**62:
+        # One integer per voxel, ordered as the (x, y, z) rows are: a 1-D unique is several
+        # times faster than np.unique(axis=0), which sorts rows as structured records.
+        packed = (keys[:, 0] * spans[1] + keys[:, 1]) * spans[2] + keys[:, 2]
+        _, inverse, counts = np.unique(packed, return_inverse=True, return_counts=True)
+    else:  # a cloud spanning more voxels than an int64 counts
+        _, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
-    sums = np.zeros((counts.shape[0], work.shape[1]), dtype=np.float64)
-    np.add.at(sums, inverse, work)
+    sums = np.stack([np.bincount(inverse, weights=work[:, c], minlength=counts.shape[0])
+                     for c in range(work.shape[1])], axis=1)
     return (sums / counts[:, None]).astype(out_dtype)
 
 
