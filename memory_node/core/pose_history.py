@@ -115,6 +115,7 @@ class PoseHistory:
         self.tolerance_s = tolerance_s
         self.max_pose_age_s = max_pose_age_s
         self.buffer = TransformBuffer(cache_s)
+        self._moves: tuple[tuple[int, str, str], bool] | None = None  # _chain_moves' answer
         self.buffer.max_gap_s = max_gap_s
         self.buffer.on_kind_change = self._kind_changed
         self.edge_filter = TfEdgeFilter(base_frame, keep_frames)
@@ -329,7 +330,11 @@ class PoseHistory:
         return self.has_world_pose() and self._chain_moves()
 
     def _chain_moves(self) -> bool:
-        return any(self.buffer.is_dynamic(frame) for frame in self._tf_chain())
+        key = (self.buffer.topology, self.world_frame, self.base_frame)
+        if self._moves is None or self._moves[0] != key:  # the tree changed: walk it again
+            self._moves = (key, any(self.buffer.is_dynamic(frame)
+                                    for frame in self._tf_chain()))
+        return self._moves[1]
 
     def pose_at(self, stamp_s: float | None) -> Pose | None:
         """TF at the stamp (within the tolerance) → odometry at the stamp → None. Odometry

@@ -39,9 +39,7 @@ from memory_node.ros.geometry import (
     quaternion_conjugate,
     quaternion_from_matrix,
     quaternion_from_yaw,
-    quaternion_multiply,
     quaternion_normalize,
-    quaternion_slerp,
     seconds_to_stamp,
     stamp_to_seconds,
     yaw_from_quaternion,
@@ -96,6 +94,21 @@ def _vec3(values: Any) -> np.ndarray:
     return arr
 
 
+def _slerp_unit(a: list[float], b: list[float], t: float) -> tuple[float, float, float, float]:
+    """geometry.quaternion_slerp for unit quaternions as Python floats (no arrays)."""
+    if a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] < 0.0:
+        b = [-v for v in b]
+    half = math.atan2(math.sqrt(sum((p - q) ** 2 for p, q in zip(a, b, strict=True))),
+                      math.sqrt(sum((p + q) ** 2 for p, q in zip(a, b, strict=True))))
+    theta = 2.0 * half  # angle between a and b on the 4-sphere
+    if theta < 1e-12:
+        return a[0], a[1], a[2], a[3]
+    sin_theta = math.sin(theta)
+    wa, wb = math.sin((1.0 - t) * theta) / sin_theta, math.sin(t * theta) / sin_theta
+    return (wa * a[0] + wb * b[0], wa * a[1] + wb * b[1], wa * a[2] + wb * b[2],
+            wa * a[3] + wb * b[3])
+
+
 @dataclass(frozen=True, eq=False)
 class Transform:
     """A rigid transform: translation (x, y, z) and unit rotation quaternion (x, y, z, w),
@@ -111,6 +124,23 @@ class Transform:
         object.__setattr__(self, "rotation", rot)
 
     # -- construction -------------------------------------------------------------------
+    @classmethod
+    def _of_unit(cls, translation: tuple[float, float, float],
+                 rotation: tuple[float, float, float, float]) -> Transform:
+        """From plain floats whose quaternion is unit within rounding (the algebra below):
+        renormalised in Python, without the checks and array round trips of the public
+        constructor. Lookups compose thousands of these per second of a bag."""
+        qx, qy, qz, qw = rotation
+        n = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
+        t = np.array(translation, dtype=np.float64)
+        q = np.array((qx / n, qy / n, qz / n, qw / n), dtype=np.float64)
+        t.setflags(write=False)
+        q.setflags(write=False)
+        out = object.__new__(cls)
+        object.__setattr__(out, "translation", t)
+        object.__setattr__(out, "rotation", q)
+        return out
+
     @classmethod
     def identity(cls) -> Transform:
         return cls(np.zeros(3), np.array((0.0, 0.0, 0.0, 1.0)))
@@ -181,10 +211,21 @@ class Transform:
     # -- algebra ------------------------------------------------------------------------
     def compose(self, other: Transform) -> Transform:
         """self * other: with self = T_a_b and other = T_b_c, the result is T_a_c."""
-        rotated = matrix_from_quaternion(self.rotation) @ other.translation
-        return Transform(
-            self.translation + rotated, quaternion_multiply(self.rotation, other.rotation)
-        )
+        if other is _IDENTITY:
+            return self
+        if self is _IDENTITY:
+            return other
+        ax, ay, az, aw = self.rotation.tolist()
+        bx, by, bz, bw = other.rotation.tolist()
+        vx, vy, vz = other.translation.tolist()
+        tx, ty, tz = self.translation.tolist()
+        # v rotated by a: v + w * c + q x c, with c = 2 (q x v)
+        cx, cy, cz = 2.0 * (ay * vz - az * vy), 2.0 * (az * vx - ax * vz), 2.0 * (ax * vy - ay * vx)
+        return Transform._of_unit(
+            (tx + vx + aw * cx + (ay * cz - az * cy), ty + vy + aw * cy + (az * cx - ax * cz),
+             tz + vz + aw * cz + (ax * cy - ay * cx)),
+            (aw * bx + ax * bw + ay * bz - az * by, aw * by - ax * bz + ay * bw + az * bx,
+             aw * bz + ax * by - ay * bx + az * bw, aw * bw - ax * bx - ay * by - az * bz))
 
     def __matmul__(self, other: Transform) -> Transform:
         return self.compose(other)
@@ -201,10 +242,11 @@ class Transform:
 
     def interpolate(self, other: Transform, ratio: float) -> Transform:
         """Linear in translation, slerp in rotation; ratio 0 gives self, 1 gives other."""
-        return Transform(
-            self.translation + ratio * (other.translation - self.translation),
-            quaternion_slerp(self.rotation, other.rotation, ratio),
-        )
+        (ax, ay, az), (bx, by, bz) = self.translation.tolist(), other.translation.tolist()
+        a, b = self.rotation.tolist(), other.rotation.tolist()
+        return Transform._of_unit(
+            (ax + ratio * (bx - ax), ay + ratio * (by - ay), az + ratio * (bz - az)),
+            _slerp_unit(a, b, ratio))
 
     def isclose(self, other: Transform, atol: float = 1e-9, angle_atol: float = 1e-9) -> bool:
         """Same translation within atol and same rotation within angle_atol radians
@@ -335,6 +377,10 @@ class TransformBuffer:
         # called (outside the lock) with the frame and that tuple at a frame's first change
         self.on_kind_change: Any = None
         self._authority: dict[str, str] = {}  # child frame -> who last set it
+        # Bumped whenever a frame's parent or kind may have changed: what `frames()` and the
+        # callers that walk the tree on every message key their caches on.
+        self.topology = 0
+        self._frames: tuple[int, dict[str, str]] | None = None
 
     # -- feeding ------------------------------------------------------------------------
     def set_transform(self, ts: Any, authority: str = "", is_static: bool = False) -> bool:
@@ -373,6 +419,9 @@ class TransformBuffer:
                 if child in self._dynamic:
                     changed = self._change_kind(child, self._dynamic.pop(child).latest().parent,
                                                 "dynamic", parent, "static", authority)
+                old = self._static.get(child)
+                if old is None or old[0] != parent:
+                    self.topology += 1
                 self._static[child] = (parent, transform)
             else:
                 if child in self._static:
@@ -381,12 +430,16 @@ class TransformBuffer:
                 edge = self._dynamic.get(child)
                 if edge is None:
                     edge = self._dynamic[child] = _DynamicEdge()
+                    self.topology += 1
+                latest_parent = edge.samples[-1].parent if edge.samples else None
                 if not edge.insert(_Sample(stamp, parent, transform), self.cache_time_s):
                     return self._reject(
                         "older_than_cache",
                         f"edge '{parent}' -> '{child}' at t={stamp:.3f} is older than the "
                         f"cache window (newest {edge.times[-1]:.3f}, {self.cache_time_s} s)"
                     )
+                if edge.samples[-1].parent != latest_parent:
+                    self.topology += 1
             self._authority[child] = authority
             self._parents.add(parent)
         if changed is not None and self.on_kind_change is not None:
@@ -398,6 +451,7 @@ class TransformBuffer:
         """The frame's old edge is gone (popped by the caller); count the change. Returns the
         change when it is the frame's first (to be reported), else None."""
         self.kind_changes += 1
+        self.topology += 1
         if child in self.kind_changed:
             return None
         change = (old_kind, old_parent, self._authority.get(child, ""), kind, parent, authority)
@@ -414,6 +468,7 @@ class TransformBuffer:
     def clear(self, include_static: bool = False) -> None:
         """Drop the dynamic history (and the static edges too if asked)."""
         with self._lock:
+            self.topology += 1
             self._dynamic.clear()
             if include_static:
                 self._static.clear()
@@ -451,9 +506,11 @@ class TransformBuffer:
     def frames(self) -> dict[str, str]:
         """child -> parent for every edge (the latest parent for dynamic ones); for logs."""
         with self._lock:
-            out = {child: parent for child, (parent, _) in self._static.items()}
-            out.update({child: e.latest().parent for child, e in self._dynamic.items()})
-            return out
+            if self._frames is None or self._frames[0] != self.topology:
+                out = {child: parent for child, (parent, _) in self._static.items()}
+                out.update({child: e.latest().parent for child, e in self._dynamic.items()})
+                self._frames = (self.topology, out)
+            return dict(self._frames[1])
 
     def is_dynamic(self, frame: str) -> bool:
         """Whether the frame's edge to its parent comes from /tf (not /tf_static)."""
