@@ -57,7 +57,7 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
     """A 32x24 grey thumbnail (0..1) of an image message, for the view-change gate."""
     import cv2
 
-    from memory_node.ros.image_codec import image_to_bgr
+    from memory_node.ros.image_codec import image_to_gray
 
     try:
         if kind == "compressed":
@@ -66,7 +66,7 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
             if grey is None:
                 return None
         else:
-            grey = cv2.cvtColor(image_to_bgr(msg), cv2.COLOR_BGR2GRAY)
+            grey = image_to_gray(msg)
         return cv2.resize(grey, (32, 24), interpolation=cv2.INTER_AREA).astype(np.float32) / 255
     except (ValueError, cv2.error):
         return None  # storing reports undecodable frames
@@ -85,6 +85,10 @@ class Job:
     epoch: int = 0  # time jumps back seen before the message arrived
     lookup_t: float = 0.0  # the stamp TF and odometry are looked up at (see `stamp`)
     tags: dict[str, Any] = field(default_factory=dict)  # tags known on arrival (odom speed)
+    # A camera keyframe decoded and described ahead of storing (`RecorderPolicy.prepare`),
+    # or why that failed.
+    frame: CameraFrame | None = None
+    failure: Exception | None = None
 
 
 def _settings(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -358,19 +362,39 @@ class RecorderPolicy:
             self.counters[job.stream].dropped += 1
 
     # ---- stage 3: storage -------------------------------------------------------------------
+    def prepare(self, job: Job) -> None:
+        """Decode, describe and encode a kept camera frame ahead of `store` (which still
+        stores in order): any thread, several at once. A failure is kept for `store` to count
+        where the frame would have been stored."""
+        if job.stream != "camera" or job.frame is not None:
+            return
+        try:
+            frame = CameraFrame(job.t, job.pose, self._decode(job))
+            self.engine.prepare_camera_frame(frame)
+            job.frame = frame
+        except Exception as exc:  # noqa: BLE001 - counted by store()
+            job.failure = exc
+
+    @staticmethod
+    def _decode(job: Job) -> np.ndarray:
+        from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
+
+        return compressed_to_bgr(job.msg) if job.kind == "compressed" else image_to_bgr(job.msg)
+
     def store(self, jobs: Sequence[Job]) -> None:
         """Decode and store kept jobs; camera frames of the batch go in one embed call. One
         bad message is counted and logged, never raised."""
-        from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
         from memory_node.ros.pointcloud import read_xyz, voxel_downsample
 
         frames: list[CameraFrame] = []
         for j in jobs:
             try:
+                if j.failure is not None:
+                    raise j.failure
                 if j.stream == "camera":
-                    img = (compressed_to_bgr(j.msg) if j.kind == "compressed"
-                           else image_to_bgr(j.msg))
-                    frames.append(CameraFrame(j.t, j.pose, img, view=self.camera_view(j)))
+                    frame = j.frame or CameraFrame(j.t, j.pose, self._decode(j))
+                    frame.view = self.camera_view(j)
+                    frames.append(frame)
                 elif j.stream == "lidar":
                     pts = voxel_downsample(read_xyz(j.msg), self.voxel)
                     self._keep_scan(j, pts)

@@ -148,6 +148,24 @@ def image_to_bgr(msg: Any) -> np.ndarray:
     return cv2.cvtColor(np.ascontiguousarray(pixels[:, :, 0]), cv2.COLOR_GRAY2BGR)
 
 
+_TO_GRAY = {"bgr8": cv2.COLOR_BGR2GRAY, "rgb8": cv2.COLOR_RGB2GRAY,
+            "bgra8": cv2.COLOR_BGRA2GRAY, "rgba8": cv2.COLOR_RGBA2GRAY}
+
+
+def image_to_gray(msg: Any) -> np.ndarray:
+    """(H, W) uint8 grey of a sensor_msgs/Image: what cvtColor(image_to_bgr(msg), BGR2GRAY)
+    gives, without the BGR copy for the common 8-bit colour encodings (the keyframe gate
+    looks at every raw frame)."""
+    code = _TO_GRAY.get(_canonical(msg.encoding))
+    if code is not None:
+        height, width, step = int(msg.height), int(msg.width), int(msg.step)
+        channels = 4 if code in (cv2.COLOR_BGRA2GRAY, cv2.COLOR_RGBA2GRAY) else 3
+        data = _bytes_of(msg.data)
+        if height and width and step == width * channels and data.size >= height * step:
+            return cv2.cvtColor(data[:height * step].reshape(height, width, channels), code)
+    return cv2.cvtColor(image_to_bgr(msg), cv2.COLOR_BGR2GRAY)  # checks and says what is wrong
+
+
 def compressed_to_bgr(msg: Any) -> np.ndarray:
     """(H, W, 3) uint8 BGR of a sensor_msgs/CompressedImage in JPEG or PNG.
 

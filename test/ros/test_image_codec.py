@@ -21,6 +21,7 @@ from memory_node.ros.image_codec import (
     compressed_to_bgr,
     encode_jpeg,
     image_to_bgr,
+    image_to_gray,
 )
 
 H, W = 6, 9
@@ -56,6 +57,8 @@ def test_round_trip_every_encoding(encoding: str, row_padding: int) -> None:
     assert out.dtype == np.uint8 and out.shape == (H, W, 3)
     want = bgr if encoding in COLOR else gray_bgr(bgr)
     assert np.array_equal(out, want)
+    # the keyframe gate's grey, taken without the BGR copy where it can: the same pixels
+    assert np.array_equal(image_to_gray(msg), cv2.cvtColor(want, cv2.COLOR_BGR2GRAY))
     assert msg.header.frame_id == "cam" and stamp_to_seconds(msg.header.stamp) == 3.5
 
 
@@ -171,6 +174,8 @@ def test_bad_images_raise_value_error(mutate: Callable[[Image], None], message: 
     mutate(msg)
     with pytest.raises(ValueError, match=message):
         image_to_bgr(msg)
+    with pytest.raises(ValueError, match=message):
+        image_to_gray(msg)
 
 
 # -- compressed --------------------------------------------------------------------------
