@@ -148,6 +148,7 @@ class MemoryEngine:
         self._reembed_checked = -1e9
         self._reembed_count = 0
         self._captioner_lock = threading.Lock()
+        self._lazy_lock = threading.RLock()  # the describer and the ingestor, built on first use
         self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
@@ -253,7 +254,9 @@ class MemoryEngine:
         if self._describer is None:
             from memory_node.core.embedders import get_describer
 
-            self._describer = get_describer(self.config.describer)
+            with self._lazy_lock:  # importers describe on several threads
+                if self._describer is None:
+                    self._describer = get_describer(self.config.describer)
         return self._describer
 
     def captioner(self) -> Any:
@@ -757,13 +760,16 @@ class MemoryEngine:
 
     @property
     def ingestor(self) -> Ingestor:
-        if self._ingestor is None:
-            self._ingestor = Ingestor(
-                self.store, self.config.root, embed_texts=self._embed_texts,
-                text_model_id=lambda: self.text_model_id,
-                image_embedder=lambda: self._image_embedder,
-                describer=lambda: self.describer, sync=self.sync,
-                captioner=self.captioner)
+        if self._ingestor is not None:
+            return self._ingestor
+        with self._lazy_lock:
+            if self._ingestor is None:
+                self._ingestor = Ingestor(
+                    self.store, self.config.root, embed_texts=self._embed_texts,
+                    text_model_id=lambda: self.text_model_id,
+                    image_embedder=lambda: self._image_embedder,
+                    describer=lambda: self.describer, sync=self.sync,
+                    captioner=self.captioner)
         return self._ingestor
 
     def write_blob(self, stream: str, t: float, data: bytes, ext: str) -> str:
@@ -814,6 +820,11 @@ class MemoryEngine:
                           jpeg_quality: int = 80) -> list[int]:
         """Describe, encode and embed a batch of frames; one transaction for the batch."""
         return self.ingestor.add_camera_frames(frames, stream, jpeg_quality)
+
+    def prepare_camera_frame(self, frame: CameraFrame, stream: str = "camera") -> None:
+        """Describe and encode a frame now, on the calling thread (thread-safe; see
+        Ingestor.prepare_frame); `add_camera_frames` then only embeds and stores it."""
+        self.ingestor.prepare_frame(frame, stream)
 
     def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,
                        stream: str = "lidar", tags: dict[str, Any] | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.embedders.base import ImageDescription
 from memory_node.core.store.base import ObservationStore
 from memory_node.core.types import Observation, Pose, View
 
@@ -29,6 +30,9 @@ class CameraFrame:
     image_bgr: np.ndarray
     tags: dict[str, Any] = field(default_factory=dict)
     view: View | None = None
+    # Filled by `Ingestor.prepare_frame` (on any thread, ahead of storing); else when stored.
+    description: ImageDescription | None = None
+    jpeg: bytes | None = None
 
 
 class Ingestor:
@@ -76,13 +80,9 @@ class Ingestor:
             self.sync()
         return oid
 
-    def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
-                          jpeg_quality: int = 80) -> list[int]:
-        """Describe, encode and embed a batch of frames; one transaction for the batch."""
-        import cv2
-
-        if not frames:
-            return []
+    def _frame_describer(self, stream: str) -> tuple[Any, Any]:
+        """The describer a frame of `stream` is described with now, and the captioner that
+        replaces its text later (None when no captioner works on the stream)."""
         describer = self.describer()
         captioner = self.captioner() if self.captioner is not None else None
         if captioner is not None and captioner.stream != stream:
@@ -91,13 +91,36 @@ class Ingestor:
             # The model's caption comes later, from the background captioner: the row is
             # stored now with the heuristic text, never waiting for the network.
             describer = describer.heuristic
-        descs = [describer.describe(f.image_bgr) for f in frames]
-        rows, refs = [], []
-        for f in frames:
-            ok, buf = cv2.imencode(".jpg", f.image_bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+        return describer, captioner
+
+    def prepare_frame(self, frame: CameraFrame, stream: str = "camera",
+                      jpeg_quality: int = 80) -> tuple[ImageDescription, bytes]:
+        """Describe and JPEG-encode a frame (the CPU-heavy part of storing it; kept on the
+        frame), touching no store: an importer runs this on several threads ahead of
+        `add_camera_frames`."""
+        import cv2
+
+        if frame.description is None:
+            frame.description = self._frame_describer(stream)[0].describe(frame.image_bgr)
+        if frame.jpeg is None:
+            ok, buf = cv2.imencode(".jpg", frame.image_bgr,
+                                   [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
             if not ok:
                 raise ValueError("JPEG encoding of a camera frame failed")
-            refs.append(self.write_blob(stream, f.t, buf.tobytes(), "jpg"))
+            frame.jpeg = buf.tobytes()
+        return frame.description, frame.jpeg
+
+    def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
+                          jpeg_quality: int = 80) -> list[int]:
+        """Describe, encode and embed a batch of frames; one transaction for the batch."""
+        if not frames:
+            return []
+        captioner = self._frame_describer(stream)[1]
+        prepared = [self.prepare_frame(f, stream, jpeg_quality) for f in frames]
+        descs = [d for d, _ in prepared]
+        refs = [self.write_blob(stream, f.t, jpg, "jpg")
+                for f, (_, jpg) in zip(frames, prepared, strict=True)]
+        rows = []
         image_embedder = self.image_embedder()
         if image_embedder is not None:
             vecs = np.asarray(image_embedder.embed_images([f.image_bgr for f in frames]),

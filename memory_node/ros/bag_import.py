@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import signal
 import sys
 import time
@@ -392,15 +393,20 @@ STORE_SPAN_S = 5.0
 
 class _Storer:
     """Stores kept keyframes on a thread of its own, in order, while the reader reads and
-    gates on (describing and embedding release the GIL: two cores both work). At most one
-    batch waits, so the store is never far behind the bag."""
+    gates on. Camera keyframes are decoded, described and encoded on `threads` threads as
+    soon as they are handed over (`prepare`; OpenCV releases the GIL), so describing the
+    next batch overlaps embedding and storing this one. At most a few batches wait, so the
+    store is never far behind the bag."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, prepare: Any = None, threads: int = 1) -> None:
         import queue
         import threading
+        from concurrent.futures import ThreadPoolExecutor
 
-        self._store = store
-        self._queue: queue.Queue[list[Any] | None] = queue.Queue(maxsize=1)
+        self._store, self._prepare = store, prepare
+        self._pool = (ThreadPoolExecutor(threads, thread_name_prefix="memory-import-describe")
+                      if prepare is not None else None)
+        self._queue: queue.Queue[tuple[list[Any], list[Any]] | None] = queue.Queue(maxsize=4)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="memory-import-store",
                                         daemon=True)
@@ -408,16 +414,21 @@ class _Storer:
 
     def _run(self) -> None:
         while True:
-            batch = self._queue.get()
-            if batch is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            batch, prepared = item
             try:
+                for future in prepared:
+                    future.result()  # prepare() keeps its own failures on the job
                 self._store(batch)
             except BaseException as exc:  # noqa: BLE001 - reported by the reader's thread
                 self.error = exc
 
     def put(self, batch: list[Any]) -> None:
-        self._queue.put(batch)
+        prepared = ([self._pool.submit(self._prepare, job) for job in batch]
+                    if self._pool is not None else [])
+        self._queue.put((batch, prepared))
         if self.error is not None:
             raise self.error
 
@@ -425,6 +436,8 @@ class _Storer:
         """Wait until everything handed over is stored."""
         self._queue.put(None)
         self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         if self.error is not None:
             raise self.error
 
@@ -453,10 +466,11 @@ class Importer:
 
     def __init__(self, plan: Plan, settings: dict[str, Any], engine: Any, *,
                  progress: Progress | None = None, stop: _Stop | None = None,
-                 logger: Any = None):
+                 logger: Any = None, threads: int = 1):
         from memory_node.core.recorder import RecorderPolicy
 
         self.plan, self.engine, self.progress, self.stop = plan, engine, progress, stop
+        self.threads = threads
         self.policy = RecorderPolicy.offline(settings, engine, logger=logger)
         self.policy.on_kept = self._on_kept
         self.stream_of = {st.topic: st for st in plan.streams.values()
@@ -473,7 +487,7 @@ class Importer:
         t0 = time.monotonic()
         reader = open_reader(self.plan.bags)
         last_ns = self.plan.window[0]
-        self._storer = _Storer(policy.store)
+        self._storer = _Storer(policy.store, policy.prepare, self.threads)
         try:
             for topic, t_ns, raw, msgtype in _messages(reader, self.plan):
                 if self.stop is not None and self.stop.requested:
@@ -583,7 +597,18 @@ def _parser() -> argparse.ArgumentParser:
                         help="only these topics (name /tf and /tf_static too for TF poses)")
     parser.add_argument("--dry-run", action="store_true",
                         help="say what would be recorded (topics, TF, stamps); store nothing")
+    parser.add_argument("--threads", type=int, metavar="N", default=available_cpus(),
+                        help="threads that describe and encode kept camera frames at once "
+                        "(default: the CPUs this process may use, %(default)s here; the live "
+                        "recorder uses 1)")
     return parser
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -598,6 +623,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and args.memory_dir is None:
         print("memory-import: --memory-dir is required (or --dry-run)", file=err)
         return 2
+    if args.threads < 1:
+        print(f"memory-import: --threads must be at least 1, got {args.threads}", file=err)
+        return 2
+    # The text model embeds on as many cores, unless the parameter file or the environment
+    # says otherwise (onnx_threads; the live node keeps one).
+    os.environ.setdefault("MEMSEARCH_ONNX_THREADS", str(args.threads))
     config = resolve_config(args.config or "memory.yaml")
     if config is None and args.config:
         print(f"memory-import: config file {args.config} does not exist (neither as a path "
@@ -636,12 +667,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory-import: cannot open the memory at {engine_config.root}: {exc}", file=err)
         return 2
     try:
-        return _import(plan, settings, engine, err)
+        return _import(plan, settings, engine, err, threads=args.threads)
     finally:
         engine.close()
 
 
-def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO) -> int:
+def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO, *,
+            threads: int = 1) -> int:
     key = META_PREFIX + plan.identity
     if engine.store.get_meta(key) is not None:
         print(Outcome(already=True).summary(), flush=True)
@@ -649,7 +681,8 @@ def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO) -> i
     engine.mark_recording_clock(True)  # the rows are on the bags' clock, as a replay's
     progress = Progress(plan.duration_s, err)
     with _Stop() as stop:
-        importer = Importer(plan, settings, engine, progress=progress, stop=stop)
+        importer = Importer(plan, settings, engine, progress=progress, stop=stop,
+                            threads=threads)
         try:
             outcome = importer.run()
         except (ImportError_, ReplayError) as exc:

@@ -150,6 +150,38 @@ def test_import_stores_posed_keyframes_and_ends_with_the_summary(sample, referen
     assert "\r" not in done.stderr
 
 
+def _described(memory: Path) -> list[tuple]:
+    """Every camera row as stored: stamp, pose, text, tags, view and the JPEG's bytes."""
+    with sqlite3.connect(memory / "memory.db") as con:
+        out = []
+        for t, x, y, text, tags, ref, *view in con.execute(
+                "SELECT o.t, o.x, o.y, o.text, o.tags, o.ref, v.x, v.y, v.yaw, v.range "
+                "FROM observations o LEFT JOIN views v ON v.id = o.id "
+                "WHERE o.stream = 'camera' ORDER BY o.t"):
+            out.append((t, x, y, text, tags, (memory / ref).read_bytes(), *view))
+    return out
+
+
+def test_describing_on_several_threads_stores_what_one_thread_does(sample, reference,
+                                                                   tmp_path):
+    """--threads only changes how fast: frames described ahead, on three threads, are the
+    rows (texts, tags, views, images) that one thread stores, in the same order."""
+    memory, _ = reference  # the default: the CPUs this test may use
+    one = tmp_path / "one"
+    done = run_import(sample.bag_dir, "--memory-dir", one, "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    three = tmp_path / "three"
+    done = run_import(sample.bag_dir, "--memory-dir", three, "--threads", "3")
+    assert done.returncode == 0, done.stderr
+    want = _described(one)
+    assert len(want) > 10 and any("person" in row[3] for row in want)
+    assert _described(three) == want
+    assert _described(memory) == want
+    bad = run_import(sample.bag_dir, "--memory-dir", tmp_path / "bad", "--threads", "0")
+    assert bad.returncode == 2 and "--threads must be at least 1" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def test_the_same_bag_twice_adds_nothing(sample, reference, tmp_path):
     memory, _ = reference
     before = rows(memory)

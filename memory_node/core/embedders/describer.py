@@ -123,8 +123,8 @@ class OpenCVDescriber:
     pixels, most first, at most 3; the single commonest when none does), person, people (HOG
     detections, at least the number of faces: a visible face is a person even when the body is
     out of frame), faces. Detection runs on a copy no wider than `max_detect_width` for speed;
-    detectors are created on first use and calls are serialised (OpenCV's cascade is not
-    documented as thread-safe).
+    detectors are created on first use, one set per calling thread (OpenCV's cascade is not
+    documented as thread-safe), so several threads describe frames at once.
 
     `detect_people` / `detect_faces`: True requires the detector (ModelUnavailable if this
     OpenCV lacks it: OpenCV 5 dropped HOG and the bundled cascades from the main wheels), False
@@ -164,30 +164,37 @@ class OpenCVDescriber:
         self.face_scale = face_scale
         self.face_min_size = face_min_size
         self.cv_threads = cv_threads
-        self._loaded = False
-        self._hog: Any = None
-        self._cascade: Any = None
-        self._lock = threading.Lock()
+        self._checked = False
+        self._check_lock = threading.Lock()
+        self._local = threading.local()  # this thread's (hog, cascade)
 
     def load(self) -> None:
         """Create the detectors now (a lifecycle `configure` wants failures early)."""
-        with self._lock:
-            self._load_detectors()
+        self._detectors()
 
     @property
     def detectors(self) -> dict[str, bool]:
         """Which detectors run: {"people": ..., "faces": ...} (loads them)."""
-        self.load()
-        return {"people": self._hog is not None, "faces": self._cascade is not None}
+        hog, cascade = self._detectors()
+        return {"people": hog is not None, "faces": cascade is not None}
 
-    def _load_detectors(self) -> None:
-        if self._loaded:
-            return
+    def _detectors(self) -> tuple[Any, Any]:
+        """This thread's HOG people detector and face cascade (None where not run)."""
+        made = getattr(self._local, "detectors", None)
+        if made is None:
+            with self._check_lock:  # the first creation says why a required one is missing
+                made = self._make_detectors()
+                self._checked = True
+            self._local.detectors = made
+        return made
+
+    def _make_detectors(self) -> tuple[Any, Any]:
         import cv2
 
-        if self.cv_threads is not None:
+        if self.cv_threads is not None and not self._checked:
             # Process-wide; a small number keeps the describer from starving the robot's stack.
             cv2.setNumThreads(self.cv_threads)
+        hog: Any = None
         if self.detect_people is not False:
             if hasattr(cv2, "HOGDescriptor") and hasattr(
                 cv2, "HOGDescriptor_getDefaultPeopleDetector"
@@ -195,15 +202,14 @@ class OpenCVDescriber:
                 hog = cv2.HOGDescriptor()
                 # The older spelling, kept by OpenCV but missing from its type stubs.
                 hog.setSVMDetector(cv2.HOGDescriptor_getDefaultPeopleDetector())  # type: ignore[attr-defined]
-                self._hog = hog
             elif self.detect_people:
                 raise ModelUnavailable(
                     f"OpenCV {cv2.__version__} has no HOG people detector; install "
                     "opencv-python-headless<5 or set detect_people to false"
                 )
+        cascade: Any = None
         if self.detect_faces is not False:
             path = self.face_cascade_path or find_face_cascade()
-            cascade = None
             if path and hasattr(cv2, "CascadeClassifier"):
                 try:
                     cascade = cv2.CascadeClassifier(path)
@@ -219,8 +225,7 @@ class OpenCVDescriber:
                     f"OpenCV {cv2.__version__}; install opencv-python-headless<5, or set "
                     "face_cascade_path, or set detect_faces to false"
                 )
-            self._cascade = cascade
-        self._loaded = True
+        return hog, cascade
 
     def describe(self, image_bgr: np.ndarray) -> ImageDescription:
         tags, mixed = self._measure(image_bgr)
@@ -238,18 +243,16 @@ class OpenCVDescriber:
         gray = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
         brightness = round(float(gray.mean()) / 255.0, 3)
         colors, mixed = self._colors(img)
-        with self._lock:
-            self._load_detectors()
-            hog, cascade = self._hog, self._cascade
-            if w > self.max_detect_width:
-                scale = self.max_detect_width / w
-                size = (self.max_detect_width, max(1, round(h * scale)))
-                det = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
-                det_gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
-            else:
-                det, det_gray = img, gray
-            people = self._people(hog, det) if hog is not None else None
-            faces = self._faces_count(cascade, det_gray) if cascade is not None else None
+        hog, cascade = self._detectors()
+        if w > self.max_detect_width:
+            scale = self.max_detect_width / w
+            size = (self.max_detect_width, max(1, round(h * scale)))
+            det = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
+            det_gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
+        else:
+            det, det_gray = img, gray
+        people = self._people(hog, det) if hog is not None else None
+        faces = self._faces_count(cascade, det_gray) if cascade is not None else None
         tags: dict[str, Any] = {"brightness": brightness, "colors": colors}
         if people is not None or faces is not None:
             count = max(people or 0, faces or 0)
