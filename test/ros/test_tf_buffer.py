@@ -565,6 +565,24 @@ def test_reparented_frame_uses_the_earlier_sample() -> None:
     assert_pose(buf.lookup("map", "base_link", T0 + 1), MAP_ODOM @ odom_base(T0 + 1))
 
 
+def test_frames_follow_every_change_of_the_tree() -> None:
+    """frames() is cached between changes: a new frame, a re-parented one (also by a sample
+    older than the newest, which leaves the newest parent), a kind change and clear() show."""
+    buf = TransformBuffer()
+    buf.set_transform(ts_from_matrix("map", "odom", MAP_ODOM, 0.0), is_static=True)
+    buf.set_transform(ts_from_matrix("map", "base_link", odom_base(T0), T0))
+    assert buf.frames() == {"odom": "map", "base_link": "map"}
+    buf.frames()["base_link"] = "elsewhere"  # a caller's copy, not the cache
+    buf.set_transform(ts_from_matrix("odom", "base_link", odom_base(T0 + 1), T0 + 1))
+    assert buf.frames() == {"odom": "map", "base_link": "odom"}
+    buf.set_transform(ts_from_matrix("map", "base_link", odom_base(T0 + 0.5), T0 + 0.5))
+    assert buf.frames()["base_link"] == "odom"  # the newest sample's parent still
+    buf.set_transform(ts_from_matrix("base_link", "odom", odom_base(T0), T0 + 2))
+    assert buf.frames()["odom"] == "base_link" and buf.is_dynamic("odom")
+    buf.clear()
+    assert buf.frames() == {}
+
+
 def test_cache_time_must_be_positive() -> None:
     with pytest.raises(ValueError, match="cache_time_s"):
         TransformBuffer(cache_time_s=0.0)
