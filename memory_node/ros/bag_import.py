@@ -614,9 +614,9 @@ def available_cpus() -> int:
 def main(argv: list[str] | None = None) -> int:
     import logging
 
+    from memory_node.core import param_file
     from memory_node.core.config import ConfigError
-    from memory_node.ros import bag_params, params
-    from memory_node.ros.main import resolve_config
+    from memory_node.core.parameters import ParameterError
 
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     err = sys.stderr
@@ -629,17 +629,17 @@ def main(argv: list[str] | None = None) -> int:
     # The text model embeds on as many cores, unless the parameter file or the environment
     # says otherwise (onnx_threads; the live node keeps one).
     os.environ.setdefault("MEMSEARCH_ONNX_THREADS", str(args.threads))
-    config = resolve_config(args.config or "memory.yaml")
+    config = param_file.resolve_config(args.config or "memory.yaml")
     if config is None and args.config:
         print(f"memory-import: config file {args.config} does not exist (neither as a path "
               "nor in the package's config directory)", file=err)
         return 2
     overrides = {"memory_dir": str(args.memory_dir)} if args.memory_dir else {}
     try:
-        settings, engine_config, unknown = bag_params.load(config, overrides)
+        settings, engine_config, unknown = param_file.load(config, overrides)
         plan = make_plan(args.bags, settings, topics=args.topics, start_s=args.start,
                          duration_s=args.duration)
-    except (params.ParameterError, ConfigError, ImportError_) as exc:
+    except (ParameterError, ConfigError, ImportError_) as exc:
         print(f"memory-import: {exc}", file=err)
         return 2
     for key in unknown:

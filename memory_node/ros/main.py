@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from memory_node.core.param_file import resolve_config
 from memory_node.ros import params
 from memory_node.ros.common import TF_LISTENER_NODE, pose_tracker_from_params
 from memory_node.ros.process import StopRequest, init_ros, spin_nodes
@@ -19,25 +19,6 @@ from memory_node.ros.server import MemoryServer
 
 # The nodes of the process, each reading its own section of the parameter file.
 NODES = ("memory_server", "memory_recorder", TF_LISTENER_NODE)
-
-
-def resolve_config(name: str | Path = "memory.yaml") -> Path | None:
-    """A path as given if it exists; else a file of that name in the package's config
-    directory (installed share/memory_node/config, or the source tree's config/)."""
-    given = Path(name)
-    if given.exists():
-        return given
-    if given.parent != Path("."):
-        return None
-    candidates = [Path(__file__).resolve().parents[2] / "config" / given.name]
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        candidates.insert(0, Path(get_package_share_directory("memory_node")) / "config"
-                          / given.name)
-    except Exception:  # noqa: BLE001 - not installed through ament: use the source tree
-        pass
-    return next((p for p in candidates if p.exists()), None)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

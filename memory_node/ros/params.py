@@ -1,84 +1,32 @@
-"""Node parameters: one table, typed declarations, and errors a robot engineer can act on.
+"""Node parameters on a ROS graph: typed declarations and warnings about unknown keys.
 
-rclpy types a parameter by its first value: `max_interval: 10` in a YAML file is an integer,
-and declaring it with a float default ends in InvalidParameterTypeException with a traceback.
-Every parameter here is declared with dynamic typing and then converted strictly to its
-default's type (an integer is a valid float; "ten" is not), so a wrong value stops the node
-with one line naming the parameter, the value and the type expected — before any service is
-advertised. Keys nobody declares (`lidar_topik`) are warned about with the nearest known name.
+The tables and the strict conversion are ROS-free (core/parameters.py, shared with offline
+tools); here each parameter is declared with dynamic typing, read back and converted, so a
+wrong value stops the node with one line before any service is advertised, and keys nobody
+declares (`lidar_topik`) are warned about with the nearest known name.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
-from memory_node.core.config import ConfigError, MemoryConfig, coerce_value
-
-# The recorder's and the pose tables live in core (an offline importer reads them too).
-from memory_node.core.recorder_settings import POSE_PARAMS, RECORDER_CHOICES, RECORDER_PARAMS
-
-# Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
-ENGINE_UNSET = {"memory_dir": "", "onnx_threads": 0}
-
-SERVER_PARAMS: dict[str, tuple[Any, str]] = {
-    "autostart": (True, "configure and activate at start (memory-server)"),
-    "backend": ("local", "local: the store in memory_dir; fleet: the shared PostgreSQL store"),
-    "fleet_url": ("", "PostgreSQL URL of the fleet store, no password ('' = $MEMORY_FLEET_URL)"),
-    "robot_id": ("", "this robot's id in a fleet ('' = the host name)"),
-    "map_id": ("", "the map this robot's poses are in ('' = <robot_id>/map)"),
-    "max_pending_requests": (64, "requests waiting for the engine; more are refused"),
-    "service_queue_depth": (1000, "requests the middleware keeps for each service"),
-    "clock_wait_s": (2.0, "with use_sim_time: how long a request waits for a first /clock"),
-    "answer_resend_s": (10.0, "how long an answer is re-sent to a client not discovered yet"),
-}
-
-CHOICES: dict[str, tuple[str, ...]] = {**RECORDER_CHOICES, "backend": ("local", "fleet")}
-
-# Parameters every ROS 2 node has.
-ROS_PARAMS = {"use_sim_time", "start_type_description_service"}
-
-
-class ParameterError(ValueError):
-    """A parameter value that cannot be used; the message is one line."""
-
-
-def engine_param_table() -> dict[str, tuple[Any, str]]:
-    table = {}
-    for f in dataclasses.fields(MemoryConfig):
-        default = ENGINE_UNSET.get(f.name, f.default)
-        table[f.name] = (list(default) if isinstance(default, tuple) else default, "")
-    return table
-
-
-def known_names() -> set[str]:
-    return (set(engine_param_table()) | set(POSE_PARAMS) | set(RECORDER_PARAMS)
-            | set(SERVER_PARAMS) | ROS_PARAMS)
-
-
-def names_by_node(tf_listener: str) -> dict[str, set[str]]:
-    """The parameters each node of memory-node reads (the server, the recorder, and the TF
-    listener named `tf_listener`)."""
-    engine = set(engine_param_table())
-    return {"memory_server": engine | set(POSE_PARAMS) | set(SERVER_PARAMS) | ROS_PARAMS,
-            "memory_recorder": engine | set(POSE_PARAMS) | set(RECORDER_PARAMS) | ROS_PARAMS,
-            tf_listener: set(POSE_PARAMS) | ROS_PARAMS}
-
-
-def _type_name(default: Any) -> str:
-    if isinstance(default, bool):
-        return "a boolean"
-    if isinstance(default, int):
-        return "an integer"
-    if isinstance(default, float):
-        return "a number"
-    if isinstance(default, list):
-        return "a list of strings"
-    return "a string"
+from memory_node.core.parameters import (  # noqa: F401 - the nodes' names for the tables
+    CHOICES,
+    ENGINE_UNSET,
+    POSE_PARAMS,
+    RECORDER_PARAMS,
+    ROS_PARAMS,
+    SERVER_PARAMS,
+    ParameterError,
+    convert,
+    engine_param_table,
+    known_names,
+    names_by_node,
+)
 
 
 def declare(node: Node, table: dict[str, tuple[Any, str]]) -> dict[str, Any]:
@@ -92,31 +40,6 @@ def declare(node: Node, table: dict[str, tuple[Any, str]]) -> dict[str, Any]:
         raw = node.get_parameter(name).value
         values[name] = convert(name, raw, default)
     return values
-
-
-def convert(name: str, value: Any, default: Any) -> Any:
-    """`value` as the type of `default`, strictly (ints are valid floats). ParameterError."""
-    if value is None:
-        raise ParameterError(f"parameter {name} has no value; expected {_type_name(default)}")
-    try:
-        if isinstance(default, list):
-            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(name)
-            out: Any = list(value)
-        elif isinstance(default, str) and not isinstance(value, str):
-            raise ConfigError(name)
-        elif isinstance(default, (int, float)) and isinstance(value, str):
-            raise ConfigError(name)  # "10" in a YAML file is a quoted string: say so
-        else:
-            out = coerce_value(name, value, default)
-    except ConfigError:
-        raise ParameterError(
-            f"parameter {name} = {value!r} ({type(value).__name__}) is not valid; expected "
-            f"{_type_name(default)} (default {default!r})") from None
-    choices = CHOICES.get(name)
-    if choices and out not in choices:
-        raise ParameterError(f"parameter {name} = {value!r} is not one of {', '.join(choices)}")
-    return out
 
 
 _warned: set[str] = set()

@@ -182,6 +182,23 @@ def test_describing_on_several_threads_stores_what_one_thread_does(sample, refer
     assert not (tmp_path / "bad").exists()
 
 
+def test_memory_import_needs_no_ros_runtime(sample, reference, tmp_path):
+    """memory-import runs where rclpy and the ROS message packages cannot be imported (a
+    laptop with the bags and pip only): the same rows as the reference import."""
+    memory = tmp_path / "memory"
+    code = ("import sys\n"
+            "for name in ('rclpy', 'rcl_interfaces', 'builtin_interfaces', 'std_msgs',\n"
+            "             'sensor_msgs', 'geometry_msgs', 'tf2_msgs', 'nav_msgs'):\n"
+            "    sys.modules[name] = None  # import fails\n"
+            "from memory_node.ros.bag_import import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(sample.bag_dir), "--memory-dir",
+                           str(memory), "--config", "memory.yaml"], capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert rows(memory) == rows(reference[0])
+
+
 def test_the_same_bag_twice_adds_nothing(sample, reference, tmp_path):
     memory, _ = reference
     before = rows(memory)

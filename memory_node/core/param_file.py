@@ -1,23 +1,23 @@
-"""memory-node's parameter file read without a ROS graph, for offline tools (memory-import).
+"""memory-node's parameter file read without a ROS graph, for offline tools (memory-import),
+and where a named file is found (`resolve_config`).
 
 The file is the one memory-node takes (ROS 2 parameter-file format, `/**` for every node, then
 a section per node); each node's values are merged the way rclpy merges them (wildcard first,
 then the node's own section) and converted with the same tables, defaults and strict types as
-the nodes' declarations (`params`), so a value the node refuses is refused here with the same
-line, and one it accepts means the same here.
+the nodes' declarations (core/parameters.py), so a value the node refuses is refused here with
+the same line, and one it accepts means the same here.
 """
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from memory_node.core import parameters as params
 from memory_node.core.config import MemoryConfig
 from memory_node.core.recorder_settings import recorder_settings
-from memory_node.ros import params
 
 # The nodes of memory-node and the tables each one declares (ros/main.py): the TF listener
 # reads the pose parameters, the recorder its own and the pose ones, the server the engine's.
@@ -72,14 +72,26 @@ def convert_table(given: dict[str, Any], table: dict[str, tuple[Any, str]]) -> d
 def unknown_keys(sections: dict[str, dict[str, Any]]) -> list[str]:
     """Keys no node of the package knows, each with the nearest known name when there is one
     (the nodes warn about these at start-up)."""
-    known = params.known_names()
-    out = []
-    for key in sorted({k for values in sections.values() for k in values} - known):
-        if key.startswith("qos_overrides."):
-            continue
-        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-        out.append(f"{key} (did you mean {near[0]}?)" if near else key)
-    return out
+    return params.unknown_names({k for values in sections.values() for k in values})
+
+
+def resolve_config(name: str | Path = "memory.yaml") -> Path | None:
+    """A path as given if it exists; else a file of that name in the package's config
+    directory (installed share/memory_node/config, or the source tree's config/)."""
+    given = Path(name)
+    if given.exists():
+        return given
+    if given.parent != Path("."):
+        return None
+    candidates = [Path(__file__).resolve().parents[2] / "config" / given.name]
+    try:  # a pure-Python index lookup where the package is installed through ament
+        from ament_index_python.packages import get_package_share_directory
+
+        candidates.insert(0, Path(get_package_share_directory("memory_node")) / "config"
+                          / given.name)
+    except Exception:  # noqa: BLE001 - not installed through ament: use the source tree
+        pass
+    return next((p for p in candidates if p.exists()), None)
 
 
 def load(path: Path | None, overrides: dict[str, Any] | None = None
