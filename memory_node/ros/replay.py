@@ -159,9 +159,13 @@ class Replayer:
 
     def _wait_for_subscribers(self) -> None:
         deadline = time.monotonic() + self.wait_subscribers_s
+        # /tf_static is latched (a late subscriber still gets it); /clock is waited for too:
+        # a node with use_sim_time that has not matched it yet would miss the start.
+        waited = [p for t, p in self.publishers.items() if t != "/tf_static"]
+        if self.clock_pub is not None:
+            waited.append(self.clock_pub)
         while time.monotonic() < deadline:
-            if all(p.get_subscription_count() > 0 for t, p in self.publishers.items()
-                   if t != "/tf_static"):
+            if all(p.get_subscription_count() > 0 for p in waited):
                 return
             time.sleep(0.05)
 

@@ -1,5 +1,6 @@
 """End to end: the sample flat replayed (with /clock) into real nodes, questions checked against
-the generator's ground truth. Run with the recorder and server in one process and in two.
+the generator's ground truth. Run on memory-node recording a replay, and on memory-import's
+store served by memory-recorder and memory-server in two processes.
 
 Tolerances, stated once:
 - the brightest keyframe is within BRIGHT_TOL_M of the window (the camera sees the window from
@@ -16,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
+import threading
 
 import anyio
 import numpy as np
 import pytest
+from waiting import wait_until
 
 from memory_node.agent.ros_client import RosClient
 from memory_node.agent.skills import get_skills
@@ -42,19 +46,68 @@ def _session(tmp, two_process: bool) -> Session:
     return Session(tmp / "memory", dict(os.environ), tmp / "logs", two_process)
 
 
-@pytest.fixture(scope="module", params=["one-process", "two-process"])
+class ClockAt:
+    """/clock standing at one time, 20 times a second, while the fixture lasts: a paused
+    simulation for nodes with use_sim_time."""
+
+    def __init__(self, t: float):
+        import rclpy
+        from rosgraph_msgs.msg import Clock
+
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("clock_at_bag_end", context=self.context)
+        pub = self.node.create_publisher(Clock, "/clock", 10)
+        msg = Clock()
+        msg.clock.sec, msg.clock.nanosec = int(t), int(round((t % 1) * 1e9))
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(pub, msg), daemon=True)
+        self.thread.start()
+
+    def _run(self, pub, msg) -> None:
+        while not self.stop.wait(0.05):
+            pub.publish(msg)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+@pytest.fixture(scope="module", params=["replayed-one-process", "imported-two-process"])
 def replayed(request, sample, tmp_path_factory):
+    """The sample's memory, answered through the nodes' services: recorded by memory-node
+    from a replay at RATE; or imported by memory-import (the rows of a live 1x recording, in
+    seconds instead of a replay's minute) and served by memory-recorder + memory-server, two
+    processes on the store, on a /clock standing at the bag's end."""
     tmp = tmp_path_factory.mktemp(request.param)
-    session = _session(tmp, request.param == "two-process")
-    session.start()
+    imported = request.param.startswith("imported")
+    clock = None
+    if imported:
+        done = subprocess.run([sys.executable, "-m", "memory_node.ros.bag_import",
+                               str(sample.bag), "--memory-dir", str(tmp / "memory")],
+                              capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        clock = ClockAt(sample.truth["epoch"] + sample.truth["duration"])
+    session = _session(tmp, two_process=imported)
     client = RosClient(use_sim_time=True, timeout_s=20.0)
     try:
-        session.replay(sample.bag, RATE)
+        session.start()
+        if imported:
+            wait_until(lambda: json.loads(client.search(
+                '{"stream": "camera", "after_seconds_ago": 30}'))["ok"],
+                "the server's /clock", timeout=60)
+        else:
+            session.replay(sample.bag, RATE)
         wait_until_settled(client)
         yield session, client, sample, tmp
     finally:
         client.close()
         session.stop()
+        if clock is not None:
+            clock.close()
 
 
 def search(client, **query) -> list[dict]:
