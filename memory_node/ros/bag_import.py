@@ -626,9 +626,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1:
         print(f"memory-import: --threads must be at least 1, got {args.threads}", file=err)
         return 2
-    # The text model embeds on as many cores, unless the parameter file or the environment
-    # says otherwise (onnx_threads; the live node keeps one).
-    os.environ.setdefault("MEMSEARCH_ONNX_THREADS", str(args.threads))
     config = param_file.resolve_config(args.config or "memory.yaml")
     if config is None and args.config:
         print(f"memory-import: config file {args.config} does not exist (neither as a path "
@@ -644,6 +641,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for key in unknown:
         print(f"memory-import: unknown parameter {key} in {config} (ignored)", file=err)
+    if not os.environ.get("MEMSEARCH_ONNX_THREADS") and not param_file.engine_value_given(
+            config, "onnx_threads"):
+        # The text model embeds on as many cores as describe, unless the parameter file or
+        # the environment says otherwise (the live node keeps one).
+        engine_config = engine_config.replace(onnx_threads=args.threads)
     if args.dry_run:
         dry_run(plan, settings, sys.stdout)
         return 0
