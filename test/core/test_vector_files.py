@@ -17,7 +17,7 @@ from memory_node.core.config import MemoryConfig
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose
-from memory_node.core.vectors.base import top_k
+from memory_node.core.vectors import top_k
 
 DIM = 384
 

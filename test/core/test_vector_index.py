@@ -1,13 +1,17 @@
-"""Every vector index implementation ranks like brute force (exactly when restricted)."""
+"""The vector indexes the engine uses rank like brute force: `ExactIndex` exactly, `GraphIndex`
+(the HNSW graph over a model's streams) with high recall and exact scores."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memory_node.core.vectors import INDEX_KINDS, make_index, top_k
+from memory_node.core.vectors import ExactIndex, top_k
+from memory_node.core.vectors.faiss_index import GraphIndex
 
 DIM = 16
+# The graph's two storages: 8-bit codes re-scored with the float vectors, or float copies.
+STORAGES = ["sq8", "flat"]
 
 
 def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -22,123 +26,196 @@ def _brute(ids, vecs, q, k, allowed=None):
     return top_k(ids, vecs @ q, k)
 
 
-# Every kind, and HNSW with each storage of its graph (8-bit codes re-scored, float copies).
-KINDS = [*INDEX_KINDS, "hnsw-flat"]
-
-
-def _make(kind: str, **extra):
-    # HNSW with a tiny threshold so its graph is really used for unrestricted searches.
-    if kind.startswith("hnsw"):
-        storage = "flat" if kind == "hnsw-flat" else "sq8"
-        return make_index("hnsw", DIM, min_rows=50, ef_search=256, storage=storage, **extra)
-    return make_index(kind, DIM)
-
-
-def _built(kind: str, ids: np.ndarray, vecs: np.ndarray, **extra):
-    """An index of `kind` holding `vecs` under `ids`."""
-    idx = _make(kind, **extra)
+def _exact(ids: np.ndarray, vecs: np.ndarray) -> ExactIndex:
+    idx = ExactIndex(DIM)
     idx.add(ids, vecs)
     return idx
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_restricted_search_is_exact(kind):
+def _graph(ids: np.ndarray, vecs: np.ndarray, storage: str = "sq8", **options) -> GraphIndex:
+    """A graph over one stream ("camera") holding `vecs` under `ids`; a tiny `min_rows` so the
+    graph is really built and walked (inline, as no scheduler is given)."""
+    settings = {"min_rows": 50, "ef_search": 256, "storage": storage, **options}
+    graph = GraphIndex(DIM, **settings)
+    graph.attach("camera", _exact(ids, vecs))
+    return graph
+
+
+def _search(idx: ExactIndex | GraphIndex, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """An unrestricted search, whichever the index."""
+    if isinstance(idx, GraphIndex):
+        ids, scores, building = idx.search_parts(q, k)
+        assert not building  # no scheduler: the graph work is done inside the search
+        return ids, scores
+    return idx.search(q, k)
+
+
+def test_exact_restricted_search_ranks_like_brute_force():
+    """A filtered search scores its candidate ids exactly, whichever path (gather or full
+    product) the candidate count picks."""
     rng = np.random.default_rng(1)
     ids = np.arange(10, 1010, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _built(kind, ids, vecs)
-    assert len(idx) == len(ids)
-    for trial in range(20):
-        q = _unit(rng, 1)[0]
-        allowed = rng.choice(ids, size=int(rng.integers(1, 60)), replace=False)
-        got_ids, got_scores = idx.search(q, 5, candidates=allowed)
-        want_ids, want_scores = _brute(ids, vecs, q, 5, allowed)
-        assert got_ids.tolist() == want_ids.tolist(), f"trial {trial}"
-        np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+    for gather_max in (20000, 10):  # gather the candidates, or mask one full product
+        idx = ExactIndex(DIM, gather_max=gather_max)
+        idx.add(ids, vecs)
+        assert len(idx) == len(ids)
+        for trial in range(20):
+            q = _unit(rng, 1)[0]
+            allowed = rng.choice(ids, size=int(rng.integers(1, 60)), replace=False)
+            got_ids, got_scores = idx.search(q, 5, candidates=allowed)
+            want_ids, want_scores = _brute(ids, vecs, q, 5, allowed)
+            assert got_ids.tolist() == want_ids.tolist(), f"trial {trial}"
+            np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["exact", *STORAGES])
 def test_unrestricted_search_recall(kind):
     rng = np.random.default_rng(2)
     ids = np.arange(2000, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _built(kind, ids, vecs)
+    idx = _exact(ids, vecs) if kind == "exact" else _graph(ids, vecs, kind)
     hits = 0
     for _ in range(30):
         q = _unit(rng, 1)[0]
-        got, _ = idx.search(q, 5)
+        got, _ = _search(idx, q, 5)
         want, _ = _brute(ids, vecs, q, 5)
         hits += len(set(got.tolist()) & set(want.tolist()))
     recall = hits / (30 * 5)
-    assert recall == 1.0 if idx.exact else recall >= 0.95
+    if kind == "exact":
+        assert recall == 1.0
+    else:
+        assert not idx.exact and idx.builds == 1  # answered through the graph
+        assert recall >= 0.95
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["exact", *STORAGES])
 def test_remove_and_readd(kind):
     rng = np.random.default_rng(3)
     ids = np.arange(200, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _built(kind, ids, vecs)
     q = vecs[17]
-    assert idx.search(q, 1)[0][0] == 17
-    assert idx.remove(np.array([17])) == 1
-    assert 17 not in idx.search(q, 5)[0].tolist()
-    assert 17 not in idx.search(q, 5, candidates=np.array([17, 18]))[0].tolist()
-    idx.add(np.array([17]), vecs[17:18])
-    assert idx.search(q, 1)[0][0] == 17
-    assert len(idx) == 200
+    if kind == "exact":
+        idx = _exact(ids, vecs)
+        assert idx.search(q, 1)[0][0] == 17
+        assert idx.remove(np.array([17])) == 1
+        assert 17 not in idx.search(q, 5)[0].tolist()
+        assert 17 not in idx.search(q, 5, candidates=np.array([17, 18]))[0].tolist()
+        idx.add(np.array([17]), vecs[17:18])
+        assert idx.search(q, 1)[0][0] == 17
+        assert len(idx) == 200
+        return
+    graph = _graph(ids, vecs, kind)
+    assert _search(graph, q, 1)[0][0] == 17
+    assert graph.remove_rows(np.array([17])) == 1  # a tombstone in the graph, skipped
+    assert 17 not in _search(graph, q, 5)[0].tolist()
+    assert graph.remove_rows(np.array([17])) == 0  # already gone
+    graph.add_rows("camera", np.array([17]), vecs[17:18])
+    assert _search(graph, q, 1)[0][0] == 17
+    assert len(graph) == 200 and graph.pending == 0 and graph.builds == 1  # added, not rebuilt
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_edge_cases(kind):
-    idx = _make(kind)
+def test_empty_indexes_and_bad_rows():
+    """Empty indexes answer nothing; a vector of the wrong dimension, a part of another
+    dimension or a part attached twice is refused and leaves the rows as they were."""
     q = np.ones(DIM, np.float32) / 4
-    ids, scores = idx.search(q, 5)
+    exact = ExactIndex(DIM)
+    ids, scores = exact.search(q, 5)
     assert len(ids) == 0 and len(scores) == 0
-    idx.add(np.array([1, 2]), np.stack([q, -q]))
-    assert idx.search(q, 5, candidates=np.array([], np.int64))[0].tolist() == []
-    assert idx.search(q, 5, candidates=np.array([999]))[0].tolist() == []
-    assert idx.search(q, 10)[0].tolist() == [1, 2]
+    exact.add(np.array([1, 2]), np.stack([q, -q]))
+    assert exact.search(q, 5, candidates=np.array([], np.int64))[0].tolist() == []
+    assert exact.search(q, 5, candidates=np.array([999]))[0].tolist() == []
+    assert exact.search(q, 10)[0].tolist() == [1, 2]
     with pytest.raises(ValueError, match="dimension"):
-        idx.add(np.array([3]), np.ones((1, DIM + 1), np.float32))
+        exact.add(np.array([3]), np.ones((1, DIM + 1), np.float32))
+    assert exact.ids().tolist() == [1, 2]
+
+    graph = GraphIndex(DIM, min_rows=50)
+    ids, scores, building = graph.search_parts(q, 5)
+    assert len(ids) == 0 and len(scores) == 0 and not building
+    graph.attach("camera", ExactIndex(DIM))
+    assert len(graph.search_parts(q, 5)[0]) == 0
+    graph.add_rows("camera", np.array([1, 2]), np.stack([q, -q]))
+    with pytest.raises(ValueError, match="dimension"):
+        graph.add_rows("camera", np.array([3]), np.ones((1, DIM + 1), np.float32))
+    with pytest.raises(ValueError, match="dimension"):
+        graph.attach("lidar", ExactIndex(DIM + 1))
+    with pytest.raises(ValueError, match="already attached"):
+        graph.attach("camera", ExactIndex(DIM))
+    assert list(graph.parts) == ["camera"]
+    assert graph.search_parts(q, 10)[0].tolist() == [1, 2]
 
 
-@pytest.mark.parametrize("kind", ["hnsw", "hnsw-flat"])
-def test_saved_graph_reused_only_with_the_same_settings(kind, tmp_path):
+def test_unknown_storage_is_refused():
+    with pytest.raises(ValueError, match="unknown HNSW storage"):
+        GraphIndex(DIM, storage="pq")
+
+
+def test_below_min_rows_no_graph_is_built():
+    """Below `min_rows` rows in all parts searches are exact and no graph is built; once the
+    parts reach it, the graph is built (inline without a scheduler, else by the worker, with
+    exact answers meanwhile)."""
+    rng = np.random.default_rng(7)
+    ids = np.arange(1, 601, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    scheduled: list[GraphIndex] = []
+    for scheduler in (None, scheduled.append):
+        graph = GraphIndex(DIM, min_rows=500, scheduler=scheduler)
+        graph.attach("camera", _exact(ids[:400], vecs[:400]))
+        for _ in range(10):
+            q = _unit(rng, 1)[0]
+            got, scores, building = graph.search_parts(q, 5)
+            want, want_scores = _brute(ids[:400], vecs[:400], q, 5)
+            assert got.tolist() == want.tolist() and not building
+            np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
+        assert graph.exact and not graph.building and not graph.needs_work()
+        assert graph.builds == 0
+        graph.add_rows("camera", ids[400:], vecs[400:])
+        q = _unit(rng, 1)[0]
+        got, _s, building = graph.search_parts(q, 5)
+        if scheduler is None:
+            assert not building and not graph.exact and graph.builds == 1
+        else:  # the worker has not run: exact, and the answer says a graph is being built
+            assert building and graph.building and graph.builds == 0
+            assert got.tolist() == _brute(ids, vecs, q, 5)[0].tolist()
+            assert scheduled and scheduled[-1] is graph
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_saved_graph_reused_only_with_the_same_settings(storage, tmp_path):
     rng = np.random.default_rng(4)
     ids = np.arange(1000, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    built = _built(kind, ids, vecs)
+    built = _graph(ids, vecs, storage)
     q = vecs[3]
-    want = built.search(q, 5)
-    assert built.save_graph(tmp_path / "g.hnsw")
-    same = _built(kind, ids, vecs)
+    want = _search(built, q, 5)
+    assert not built.exact and built.save_graph(tmp_path / "g.hnsw")
+    same = _graph(ids, vecs, storage)
     assert same.load_graph(tmp_path / "g.hnsw") and not same.exact
-    got = same.search(q, 5)
+    got = _search(same, q, 5)
+    assert same.builds == 0  # the saved graph, not a new one
     assert got[0].tolist() == want[0].tolist()
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
     # Built with other settings: rebuilt, never adopted.
-    other_m = _built(kind, ids, vecs, m=16)
-    assert not other_m.load_graph(tmp_path / "g.hnsw")
-    other_storage = _built("hnsw-flat" if kind == "hnsw" else "hnsw", ids, vecs)
+    other_m = _graph(ids, vecs, storage, m=16)
+    assert not other_m.load_graph(tmp_path / "g.hnsw") and other_m.exact
+    other_storage = _graph(ids, vecs, "flat" if storage == "sq8" else "sq8")
     assert not other_storage.load_graph(tmp_path / "g.hnsw")
-    assert other_storage.search(q, 5)[0].tolist() == want[0].tolist()
+    assert _search(other_storage, q, 5)[0].tolist() == want[0].tolist()
+    assert other_storage.builds == 1
+    assert not _graph(ids, vecs, storage).load_graph(tmp_path / "missing.hnsw")
 
 
 def test_eight_bit_graph_scores_are_exact_after_rescoring():
     rng = np.random.default_rng(5)
     ids = np.arange(3000, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx = _built("hnsw", ids, vecs)
+    graph = _graph(ids, vecs, "sq8")
     for _ in range(10):
         q = _unit(rng, 1)[0]
-        got, scores = idx.search(q, 5)
+        got, scores = _search(graph, q, 5)
         np.testing.assert_allclose(scores, vecs[got] @ q, rtol=1e-6)
-
-
-def test_unknown_hnsw_storage():
-    with pytest.raises(ValueError, match="unknown HNSW storage"):
-        make_index("hnsw", 4, storage="pq")
+    assert not graph.exact
 
 
 def test_ties_break_by_newest_id():
@@ -148,59 +225,54 @@ def test_ties_break_by_newest_id():
     assert got.tolist() == [7, 9, 5]
 
 
-def test_unknown_kind():
-    with pytest.raises(ValueError, match="unknown index kind"):
-        make_index("annoy", 4)
-
-
 def test_graph_work_is_never_done_inside_a_search():
     """With a scheduler (the engine's background worker), searches stay exact while no graph
     is ready, find rows added since the graph was built, skip removed rows, and never build."""
     rng = np.random.default_rng(6)
     scheduled = []
-    idx = make_index("hnsw", DIM, min_rows=50, ef_search=256, scheduler=scheduled.append)
+    graph = GraphIndex(DIM, min_rows=50, ef_search=256, scheduler=scheduled.append)
+    graph.attach("camera", ExactIndex(DIM))
     ids = np.arange(1, 1201, dtype=np.int64)
     vecs = _unit(rng, len(ids))
-    idx.add(ids[:1000], vecs[:1000])
-    assert scheduled and idx.building and idx.builds == 0
+    graph.add_rows("camera", ids[:1000], vecs[:1000])
+    assert scheduled and graph.building and graph.builds == 0
     q = _unit(rng, 1)[0]
-    assert idx.search(q, 5)[0].tolist() == _brute(ids[:1000], vecs[:1000], q, 5)[0].tolist()
-    assert idx.builds == 0  # the search did not build
+    got, _s, building = graph.search_parts(q, 5)
+    assert building and got.tolist() == _brute(ids[:1000], vecs[:1000], q, 5)[0].tolist()
+    assert graph.builds == 0  # the search did not build
 
-    while idx.work():  # what the worker does, in the background
+    while graph.work():  # what the worker does, in the background
         pass
-    assert not idx.building and idx.builds == 1
+    assert not graph.building and graph.builds == 1
 
-    idx.add(ids[1000:], vecs[1000:])  # new rows: searchable at once, exactly
-    assert idx.pending == 200
-    assert idx.search(vecs[1099], 1)[0].tolist() == [1100]
-    while idx.work():
+    graph.add_rows("camera", ids[1000:], vecs[1000:])  # new rows: searchable at once, exactly
+    assert graph.pending == 200
+    assert graph.search_parts(vecs[1099], 1)[0].tolist() == [1100]
+    while graph.work():
         pass
-    assert idx.pending == 0 and idx.builds == 1  # added to the live graph, not rebuilt
-    assert idx.search(vecs[1099], 1)[0].tolist() == [1100]
+    assert graph.pending == 0 and graph.builds == 1  # added to the live graph, not rebuilt
+    assert graph.search_parts(vecs[1099], 1)[0].tolist() == [1100]
 
     gone = ids[::10]  # compaction removes 10%: tombstones, no rebuild
-    idx.remove(gone)
+    graph.remove_rows(gone)
     keep = ~np.isin(ids, gone)
     for _ in range(20):
         q = _unit(rng, 1)[0]
-        got = idx.search(q, 5)[0]
+        got = graph.search_parts(q, 5)[0]
         assert not np.isin(got, gone).any()
         want = _brute(ids[keep], vecs[keep], q, 5)[0]
         assert len(set(got.tolist()) & set(want.tolist())) >= 4
-    assert idx.builds == 1
-    idx.remove(ids[1::4])  # beyond a fifth of the graph removed: rebuilt, in the background
-    assert idx.builds == 1 and idx.needs_work()
-    while idx.work():
+    assert graph.builds == 1
+    graph.remove_rows(ids[1::4])  # beyond a fifth of the graph removed: rebuilt, in the background
+    assert graph.builds == 1 and graph.needs_work()
+    while graph.work():
         pass
-    assert idx.builds == 2
+    assert graph.builds == 2
 
 
 def test_time_window_is_a_binary_search_whatever_the_insert_order():
     """Rows arriving out of time order (an older bag replayed, notes with past stamps) keep
     the window cut by binary search: exact, and only the window's rows are compared."""
-    from memory_node.core.vectors import ExactIndex
-
     rng = np.random.default_rng(8)
     idx = ExactIndex(DIM)
     n = 20000
@@ -235,9 +307,6 @@ def test_one_graph_over_several_streams(tmp_path):
     """One graph over several exact indexes (a model's streams): a search over all of them or
     over some streams ranks like brute force over those streams' rows, never returns a row of
     another stream, and keeps doing so through added and removed rows and a reload."""
-    from memory_node.core.vectors import ExactIndex
-    from memory_node.core.vectors.faiss_index import GraphIndex
-
     rng = np.random.default_rng(9)
     sizes = {"camera": 900, "lidar": 600, "events": 60}  # events: below the graph's share
     parts, rows = {}, {}
@@ -313,9 +382,6 @@ def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, sto
     """The graph file keeps links, not codes (the vector files hold the vectors): read back,
     each node's code is encoded from its row's vector again, byte for byte the one it had;
     a node removed since takes its vector from `vectors_of` (the archive)."""
-    from memory_node.core.vectors.exact import ExactIndex
-    from memory_node.core.vectors.faiss_index import GraphIndex
-
     rng = np.random.default_rng(8)
     n = 3000
     ids = np.arange(1, n + 1, dtype=np.int64)

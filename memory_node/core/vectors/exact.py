@@ -1,5 +1,5 @@
-"""Exact index over a contiguous numpy matrix: the reference every other index is checked
-against, and the scorer of filtered candidate sets.
+"""Exact index over a contiguous numpy matrix: the reference the graph is checked against, and
+the scorer of filtered candidate sets; `top_k`, the ranking order every search shares.
 
 Each row may carry (t, x, y): the time and place filters of a search then run as numpy masks
 over these columns, with no round trip to SQLite, before the masked rows are scored.
@@ -16,17 +16,29 @@ import threading
 
 import numpy as np
 
-from memory_node.core.vectors.base import VectorIndex, top_k
+
+def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best by (score desc, id desc): the one ordering every search shares (this index,
+    the graph's re-scored candidates, the planner's merge), so ties break by id, newest first."""
+    if len(ids) == 0 or k <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    if len(ids) > k:
+        # Partition on score, keeping every id tied with the k-th score so ties break by id.
+        part = np.argpartition(-scores, k - 1)[:k]
+        kth = scores[part].min()
+        keep = np.nonzero(scores >= kth)[0]
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((-ids, -scores))[:k]
+    return ids[order], scores[order]
 
 
-class ExactIndex(VectorIndex):
-    """Brute-force inner product. Small candidate sets are gathered and scored; large ones are
-    scored by one matrix-vector product over everything, then masked (cheaper than a gather)."""
-
-    name = "exact"
+class ExactIndex:
+    """Brute-force inner product over L2-normalised float32 vectors (scores are cosine
+    similarities). Small candidate sets are gathered and scored; large ones are scored by one
+    matrix-vector product over everything, then masked (cheaper than a gather)."""
 
     def __init__(self, dim: int, gather_max: int = 20000):
-        super().__init__(dim)
+        self.dim = int(dim)
         self.gather_max = gather_max
         self._ids = np.empty(0, np.int64)
         self._vecs = np.empty((0, dim), np.float32)
@@ -226,6 +238,15 @@ class ExactIndex(VectorIndex):
         arrays and a new layout)."""
         with self._lock:
             return self.ids(), self.slots(), self.meta(), self.layout
+
+    def _check(self, ids: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Ids as int64, vectors as contiguous float32 rows; a wrong dimension is refused
+        before anything is stored."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), -1)
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f"vector dimension {vectors.shape[1]} != index dimension {self.dim}")
+        return ids, vectors
 
     def add(self, ids: np.ndarray, vectors: np.ndarray | None, meta: np.ndarray | None = None,
             slots: np.ndarray | None = None) -> None:
@@ -430,6 +451,7 @@ class ExactIndex(VectorIndex):
     def search(
         self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (ids, scores); with `candidates`, only those ids are ranked."""
         q = np.asarray(query, np.float32).reshape(-1)
         with self._lock:
             ids_all = self._ids[: self._n]

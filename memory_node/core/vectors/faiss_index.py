@@ -1,10 +1,10 @@
-"""FAISS indexes: a flat (exact) one with id selectors, and HNSW graphs for fast unfiltered search.
+"""The HNSW graph (FAISS) that answers unfiltered semantic searches fast: `GraphIndex`.
 
 Filtered searches are always exact: HNSW with an id selector can miss allowed ids, so they are
 scored from the exact indexes (one per stream) that a graph covers. One graph covers every
-stream of an embedding model (`GraphIndex`), so a search over every stream walks one graph; it
-proposes candidates that are re-scored with the exact indexes' float vectors, which lets the
-graph store 8-bit codes: a quarter of the memory, and each hop reads a quarter of the bytes.
+stream of an embedding model, so a search over every stream walks one graph; it proposes
+candidates that are re-scored with the exact indexes' float vectors, which lets the graph
+store 8-bit codes: a quarter of the memory, and each hop reads a quarter of the bytes.
 """
 
 from __future__ import annotations
@@ -19,62 +19,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from memory_node.core.vectors.base import VectorIndex, top_k
-from memory_node.core.vectors.exact import ExactIndex
+from memory_node.core.vectors.exact import ExactIndex, top_k
 
 faiss.omp_set_num_threads(1)  # single queries are faster on one thread (notes/offline-models.md)
-
-
-class FaissFlatIndex(VectorIndex):
-    """IndexIDMap2(IndexFlatIP): exact, with `IDSelectorBatch` for candidate restriction."""
-
-    name = "faiss-flat"
-
-    def __init__(self, dim: int):
-        super().__init__(dim)
-        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-        self._lock = threading.RLock()
-
-    def __len__(self) -> int:
-        return int(self._index.ntotal)
-
-    def ids(self) -> np.ndarray:
-        return faiss.vector_to_array(self._index.id_map).astype(np.int64)
-
-    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
-        ids, vectors = self._check(ids, vectors)
-        if len(ids):
-            with self._lock:
-                self._index.add_with_ids(vectors, ids)
-
-    def remove(self, ids: np.ndarray) -> int:
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        with self._lock:
-            return int(self._index.remove_ids(faiss.IDSelectorBatch(ids)))
-
-    def search(
-        self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        q = np.asarray(query, np.float32).reshape(1, -1)
-        with self._lock:
-            n = len(self)
-            if n == 0:
-                return top_k(np.empty(0, np.int64), np.empty(0, np.float32), k)
-            params = None
-            limit = n
-            if candidates is not None:
-                cand = np.asarray(candidates, np.int64)
-                if len(cand) == 0:
-                    return top_k(cand, np.empty(0, np.float32), k)
-                # faiss's generated stubs miss the keyword arguments of SearchParameters.
-                params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(cand))  # type: ignore[call-arg]
-                limit = min(n, len(cand))
-            # Ask for a few more than k so ties at the boundary are broken by id like the rest.
-            kk = min(limit, k + 8)
-            scores, ids = self._index.search(q, kk, params=params)
-        ids, scores = ids[0], scores[0]
-        ok = ids >= 0
-        return top_k(ids[ok].astype(np.int64), scores[ok].astype(np.float32), k)
 
 
 HNSW_STORAGES = ("sq8", "flat")
@@ -570,46 +517,3 @@ def _hnsw_params(ef: int) -> faiss.SearchParameters:
     params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = ef
     return params
-
-
-class HNSWIndex(GraphIndex, VectorIndex):
-    """A graph over one exact index of its own (`exact_twin`): the single-part `GraphIndex`
-    behind the `VectorIndex` interface, for standalone use (benchmarks, tests). Restricted
-    searches are exact, from the twin."""
-
-    name = "hnsw"
-
-    def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
-                 ef_search: int = 128, min_rows: int = 20000, gather_max: int = 20000,
-                 storage: str = "sq8", rerank: int = 40,
-                 scheduler: Callable[[GraphIndex], None] | None = None):
-        GraphIndex.__init__(self, dim, m=m, ef_construction=ef_construction,
-                            ef_search=ef_search, min_rows=min_rows, storage=storage,
-                            rerank=rerank, scheduler=scheduler)
-        self.exact_twin = ExactIndex(dim, gather_max=gather_max)
-        self.attach("", self.exact_twin)
-
-    @property
-    def exact(self) -> bool:
-        return self._hnsw is None
-
-    def __len__(self) -> int:
-        return len(self.exact_twin)
-
-    def ids(self) -> np.ndarray:
-        return self.exact_twin.ids()
-
-    def add(self, ids: np.ndarray, vectors: np.ndarray, meta: np.ndarray | None = None) -> None:
-        ids, vectors = self._check(ids, vectors)
-        self.add_rows("", ids, vectors, meta)
-
-    def remove(self, ids: np.ndarray) -> int:
-        return self.remove_rows(ids)
-
-    def search(
-        self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if candidates is not None:
-            return self.exact_twin.search(query, k, candidates)
-        ids, scores, _building = self.search_parts(query, k)
-        return ids, scores
