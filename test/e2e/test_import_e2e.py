@@ -1,7 +1,8 @@
-"""memory-import against the live path it stands in for: the sample recording (seed 7, 150 s)
-replayed at 1x into `memory-node --use-sim-time`, and the same bag imported offline. Both run
-in this test (the live replay takes ~160 s; the import ~10 s), so the comparison is against
-this checkout's nodes, not a stored figure.
+"""memory-import against the live path it stands in for: a recording replayed at 1x into
+`memory-node --use-sim-time` and the same bag imported offline, with the same parameter file,
+on the package's sample (seed 7, 150 s) and on a go2_ros2_sdk recording (60 s). Both run in
+this test (the live replays take ~160 s and ~70 s; the imports ~10 s each), so the comparison
+is against this checkout's nodes, not a stored figure.
 
 What must hold (issue 24): keyframe counts per stream within 2 %, and every keyframe stored
 by both (same stream, same stamp) posed within 0.02 m. Every difference is explained by the
@@ -25,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from memory_node.agent.ros_client import RosClient
-from memory_node.demo import Session, load_sample, wait_until_settled
+from memory_node.demo import NodeProcess, Sample, Session, load_sample, wait_until_settled
+from memory_node.sim.generate import generate_sample
 
 COUNT_TOL = 0.02
 POSE_TOL_M = 0.02
@@ -57,22 +59,49 @@ def _live_counters(log: Path) -> dict:
     return json.loads(found[-1])
 
 
-@pytest.fixture(scope="module")
-def both(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("import_vs_live")
-    sample = load_sample(tmp / "sample", seed=7)
-    live = Session(tmp / "live", dict(os.environ), tmp / "logs")
-    live.start()
+CONFIG = Path(__file__).resolve().parents[2] / "config"
+GO2_TOPICS = ["/tf_static", "/tf", "/odom", "/point_cloud2", "/camera/image_raw"]
+
+
+@pytest.fixture(scope="module", params=["sample", "go2_ros2_sdk"])
+def both(request, tmp_path_factory):
+    """The same bag recorded live at 1x by memory-node and imported by memory-import, with
+    the same parameter file: the package's sample (memory.yaml, 150 s), or a go2_ros2_sdk
+    recording (`memory-sample-bag --profile go2_ros2_sdk`, 60 s: raw 1280x720 camera, URDF
+    identities before the driver's /tf, late bursty odometry, SLAM's map -> odom; with
+    config/go2_ros2_sdk.yaml)."""
+    tmp = tmp_path_factory.mktemp(f"import_vs_live_{request.param}")
+    if request.param == "sample":
+        sample, config, topics = load_sample(tmp / "sample", seed=7), [], []
+        live = Session(tmp / "live", dict(os.environ), tmp / "logs")
+        live.start()
+    else:
+        config = ["--config", str(CONFIG / "go2_ros2_sdk.yaml")]
+        (tmp / "logs").mkdir()
+        node = NodeProcess(["-m", "memory_node.ros.main", *config, "--memory-dir",
+                            str(tmp / "live"), "--use-sim-time"], dict(os.environ),
+                           tmp / "logs" / "memory-node.log")
+        live = Session(tmp / "live", dict(os.environ), tmp / "logs")
+        live.procs = [node]
+        try:
+            info = generate_sample(tmp / "sample", seed=7, duration_s=60.0,
+                                   profile="go2_ros2_sdk")
+            sample = Sample(Path(info.bag_dir), info.ground_truth)
+            node.wait_for("recording", timeout=120)
+        except BaseException:
+            node.stop()
+            raise
+        topics = ["--topics", *GO2_TOPICS]
     client = RosClient(use_sim_time=True, timeout_s=20.0)
     try:
-        live.replay(sample.bag, 1.0)
+        live.replay(sample.bag, 1.0, topics)
         wait_until_settled(client)
     finally:
         client.close()
         live.stop()
     exe = Path(sys.executable).parent / "memory-import"
-    done = subprocess.run([str(exe), str(sample.bag), "--memory-dir", str(tmp / "imported")],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([str(exe), str(sample.bag), "--memory-dir", str(tmp / "imported"),
+                           *config], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return (tmp / "live", tmp / "imported", _live_counters(tmp / "logs" / "memory-node.log"),
             done.stdout)
@@ -107,10 +136,17 @@ def test_import_equals_a_live_1x_recording(both):
     lv, iv = _views(live_dir), _views(imported_dir)
     shared = lv.keys() & iv.keys()
     assert shared
-    # Where a view stands and where it looks come from the pose and TF at the frame's stamp:
-    # the same on both sides.
+    # Where a view stands and where it looks come from TF at the frame's stamp (world <-
+    # camera frame), looked up when the frame is stored. Odometry that arrives late and in
+    # bursts (go2_ros2_sdk) fills samples in between ones already there, so a lookup made
+    # live, before the burst, interpolates across a wider gap than the import's, made after:
+    # views then agree within the pose tolerance; elsewhere they are the same.
+    same_view = 0
     for t in shared:
-        assert lv[t][:4] == pytest.approx(iv[t][:4], abs=1e-6), (t, lv[t], iv[t])
+        assert math.hypot(lv[t][0] - iv[t][0], lv[t][1] - iv[t][1]) <= POSE_TOL_M, t
+        assert lv[t][2:4] == pytest.approx(iv[t][2:4], abs=0.01), (t, lv[t], iv[t])
+        same_view += lv[t][:4] == pytest.approx(iv[t][:4], abs=1e-6)
+    assert same_view >= 0.9 * len(shared), (same_view, len(shared))
     # How far it reaches comes from the lidar keyframe at hand when the frame is described.
     # The import describes in bag order; live, the lidar message beside a camera frame may
     # arrive after it on a loaded machine (then the older scan, or view_max_range, is used).
