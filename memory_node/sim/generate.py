@@ -48,8 +48,9 @@ from memory_node.sim.trajectory import (
 
 GENERATOR_VERSION = 1
 # The question set in ground_truth.json (issue 14): a function of the world and the rest of
-# the ground truth, so an earlier sample gains it without re-rendering the bag.
-QUESTIONS_VERSION = 6
+# the ground truth, so an earlier sample gains it without re-rendering the bag. 7: visits
+# solved from the tour's segments, no longer by the code under test (core.visits).
+QUESTIONS_VERSION = 7
 QUESTION_KINDS = ("where", "when", "yes_no", "how_long", "count")
 VIEW_RANGE = 6.0  # how far a camera view counts as "seeing" for the seen questions (m)
 EPOCH_S = 1_764_460_800  # 2025-11-30T00:00:00Z: a fixed start so stamps never depend on the clock
@@ -753,14 +754,13 @@ def _ground_truth(world: _World, frames: list[_FrameRecord], fmt: str) -> dict[s
 
 
 def _true_visits(world: _World, x: float, y: float, radius: float) -> list[tuple[float, float]]:
-    """(start, end) of the true path's visits to a circle (absolute stamps), 20 Hz."""
-    from memory_node.core.visits import find_visits
-
-    t = np.arange(0.0, world.duration + 1e-9, 0.05)
-    pose = world.traj.pose(t)
-    track = np.column_stack([t + EPOCH_S, pose[:, 0], pose[:, 1]])
-    spans, _ = find_visits(track, (x, y), radius, gap_s=1.0)
-    return [(v.start, v.end) for v in spans]
+    """(start, end) of the robot's visits to a circle (absolute stamps), as one watching it
+    would say: each unbroken stretch of time its base is within `radius` of (x, y), from the
+    tour's own moves, turns and pauses (`Trajectory.within`). Not from `core.visits`, the code
+    the answers are checked against, nor from samples of the path. The tour stays in each
+    place 1.4 s or more and away 17 s or more between visits (150 s recording), so no rule
+    joins or drops short stretches."""
+    return [(a + EPOCH_S, b + EPOCH_S) for a, b in world.traj.within(x, y, radius)]
 
 
 def _seen(world: _World, walls: FaceArrays, x: float, y: float) -> bool:
@@ -825,10 +825,9 @@ def _yes_no_questions(world: _World, gt: dict[str, Any], places: dict[str, dict[
          "radius": kitchen["radius"], "tags": {"person": True}}, False)
 
 
-def _questions(world: _World, gt: dict[str, Any]) -> dict[str, Any]:
-    """The question set: what a robot's user asks (where, when, what/yes-no, how long, how
-    many), each with the expected answer, a tolerance and `ask`, the structured form that
-    `memory-eval` maps to skill calls. Places are named first (`places`), as a user would."""
+def _places(world: _World) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """The places the questions name (rooms, doorways, spots the robot stood at), each a
+    circle, and which of them are spots."""
     plan = world.plan
     places: dict[str, dict[str, float]] = {}
     for r in plan.rooms:
@@ -847,6 +846,15 @@ def _questions(world: _World, gt: dict[str, Any]) -> dict[str, Any]:
                  np.array([world.traj.at_mark("bedroom_look_around")]))[0]}
     for name, p in spots.items():
         places[name] = {"x": _r(p[0]), "y": _r(p[1]), "radius": 0.6}
+    return places, list(spots)
+
+
+def _questions(world: _World, gt: dict[str, Any]) -> dict[str, Any]:
+    """The question set: what a robot's user asks (where, when, what/yes-no, how long, how
+    many), each with the expected answer, a tolerance and `ask`, the structured form that
+    `memory-eval` maps to skill calls. Places are named first (`places`), as a user would."""
+    plan = world.plan
+    places, spots = _places(world)
     visits = {n: _true_visits(world, p["x"], p["y"], p["radius"]) for n, p in places.items()}
     qs: list[dict[str, Any]] = []
 

@@ -70,6 +70,39 @@ class Tour:
         yaw = wrap(a[i, 2] + dyaw * u)
         return np.stack([x, y, yaw], axis=1)
 
+    def within(self, x: float, y: float, radius: float) -> list[tuple[float, float]]:
+        """The nominal-time spans with the robot within `radius` of (x, y), joined where one
+        ends as the next begins, solved from the segments themselves: a move is a straight
+        line at constant speed, inside a circle over one interval of its time (between the
+        roots of |start + u (end - start) - centre|^2 = radius^2; a move that only touches
+        the circle is not in it); a turn or a pause stands still, in or out throughout.
+        Exact, with no sampling of the path."""
+        spans: list[tuple[float, float]] = []
+        for s in self.segments:
+            ax, ay = s.start[0] - x, s.start[1] - y
+            dx, dy = s.end[0] - s.start[0], s.end[1] - s.start[1]
+            a = dx * dx + dy * dy
+            b = 2.0 * (ax * dx + ay * dy)
+            c = ax * ax + ay * ay - radius * radius
+            if a < 1e-18:  # standing still
+                if c > 0:
+                    continue
+                lo, hi = 0.0, 1.0
+            else:
+                disc = b * b - 4.0 * a * c
+                if disc < 0:
+                    continue
+                root = math.sqrt(disc)
+                lo, hi = max(0.0, (-b - root) / (2 * a)), min(1.0, (-b + root) / (2 * a))
+                if lo >= hi:
+                    continue
+            t0, t1 = s.t0 + lo * (s.t1 - s.t0), s.t0 + hi * (s.t1 - s.t0)
+            if spans and t0 - spans[-1][1] <= 1e-9:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], t1))
+            else:
+                spans.append((t0, t1))
+        return spans
+
 
 class TourBuilder:
     """Writes a tour as commands: go to a point, face a point, wait, mark a moment."""
@@ -166,6 +199,10 @@ class Trajectory:
 
     def at_mark(self, name: str) -> float:
         return self.tour.marks[name] * self.scale
+
+    def within(self, x: float, y: float, radius: float) -> list[tuple[float, float]]:
+        """`Tour.within` on this recording's clock (relative seconds)."""
+        return [(a * self.scale, b * self.scale) for a, b in self.tour.within(x, y, radius)]
 
 
 @dataclass(frozen=True)

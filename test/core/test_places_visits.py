@@ -121,6 +121,31 @@ def test_visits_answer_how_long_how_often_and_when(tmp_path):
     eng.close()
 
 
+@pytest.mark.parametrize("duration", [30.0, 150.0])
+def test_visits_of_the_sample_path_are_the_tours_own(duration):
+    """find_visits over the sample flat's true path (20 Hz, as a dense pose history) finds the
+    visits the question set's ground truth solves from the tour's segments, for every place
+    it names: the same count, and times within 0.05 s (one sample), because find_visits
+    interpolates a crossing on the straight line between two samples, which is exact on a
+    move and off by less than a sample where the path turns between them at the edge."""
+    from memory_node.core.visits import find_visits
+    from memory_node.sim import generate as gen
+
+    world = gen._build_world(7, duration)
+    t = np.arange(0.0, duration + 1e-9, 0.05)
+    pose = world.traj.pose(t)
+    track = np.column_stack([t + gen.EPOCH_S, pose[:, 0], pose[:, 1]])
+    places, _ = gen._places(world)
+    assert len(places) >= 12
+    for name, p in places.items():
+        truth = gen._true_visits(world, p["x"], p["y"], p["radius"])
+        found, gaps = find_visits(track, (p["x"], p["y"]), p["radius"], gap_s=1.0)
+        assert truth and not gaps, name
+        assert len(found) == len(truth), (name, found, truth)
+        np.testing.assert_allclose([(v.start, v.end) for v in found], truth, atol=0.05,
+                                   rtol=0, err_msg=name)
+
+
 def test_a_gap_in_the_pose_history_splits_a_visit_and_is_reported(tmp_path):
     eng = make_engine(tmp_path / "m", FakeClock(T0 + 1000), PoseBox(None), visit_gap_s=30)
     walk(eng, [(0.0, 0.0)] * 5)                 # T0 .. T0+4 at the origin

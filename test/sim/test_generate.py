@@ -19,7 +19,7 @@ from rosbags.typesys import Stores, get_typestore
 from memory_node.sim import generate as gen
 from memory_node.sim.floorplan import build_flat
 from memory_node.sim.generate import generate_sample, main, payload_digest
-from memory_node.sim.trajectory import Trajectory, build_tour, compose
+from memory_node.sim.trajectory import TourBuilder, Trajectory, build_tour, compose
 
 DURATION = 30.0
 SEED = 7
@@ -386,3 +386,29 @@ def test_the_question_set_covers_every_kind_with_answers(sample: gen.SampleInfo,
     (old / gen.GROUND_TRUTH_NAME).write_text(json.dumps(stale))
     again = gen.generate_sample(old, seed=gt["seed"], duration_s=gt["duration"])
     assert again.reused and again.ground_truth["questions"] == qs
+
+
+def test_tour_within_solves_moves_turns_and_pauses_exactly() -> None:
+    """The question set's visits come from the tour's own segments: a move is in a circle
+    while its straight line is, a pause or a turn inside joins the moves around it into one
+    visit, a move that only touches the circle is not in it, and a recording of another
+    length scales the times."""
+    b = TourBuilder(0.0, 0.0, 0.0)
+    b.go(10.0, 0.0).wait(3.0).go(0.0, 0.0)  # 20 s out, 3 s still, a half turn (pi s), 20 s back
+    tour = b.tour
+    back = 23.0 + math.pi  # when the walk back starts
+
+    def within(x: float, y: float, r: float, of: Any = tour) -> np.ndarray:
+        return np.array(of.within(x, y, r)).reshape(-1, 2)
+
+    # A chord 1.6 m long (0.6 m off the line, r 1), crossed at 0.5 m/s both ways.
+    np.testing.assert_allclose(within(5.0, 0.6, 1.0),
+                               [[8.4, 11.6], [back + 8.4, back + 11.6]], atol=1e-9)
+    # In, standing, turning, out: one visit.
+    np.testing.assert_allclose(within(10.0, 0.0, 1.0), [[18.0, back + 2.0]], atol=1e-9)
+    np.testing.assert_allclose(within(10.0, 0.0, 0.1), [[19.8, back + 0.2]], atol=1e-9)
+    assert within(5.0, 1.0, 1.0).size == 0  # touched, never entered
+    assert within(20.0, 0.0, 1.0).size == 0
+    slow = Trajectory(tour, 2 * tour.duration)
+    np.testing.assert_allclose(within(10.0, 0.0, 1.0, slow), [[36.0, 2 * back + 4.0]],
+                               atol=1e-9)
