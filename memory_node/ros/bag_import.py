@@ -1,11 +1,13 @@
 """`memory-import BAG [BAG …] --memory-dir D`: a robot's memory from its recorded bags, offline.
 
 The bags are read in time order (rosbags: MCAP and sqlite3) and every message goes through
-the recorder's own policy (`core/recording.py`: stamps, TF and odometry poses, keyframe gate)
-and the engine's ingest, with the parameter file memory-node takes — so the rows are the ones
-a live 1x recording of the same bag stores, without DDS, a clock or real time. The whole
-bag's TF is at hand: /tf and /tf_static are fed to the pose buffer a look-ahead window ahead
-of the sensor messages, so a message never waits for its transform.
+the recorder's own policy (`core/recorder.py` RecorderPolicy: stamps, TF and odometry poses,
+keyframe gate, camera views) and the engine's ingest, with the parameter file memory-node
+takes — so the rows are the ones a live 1x recording of the same bag stores, without DDS or
+real time. The policy's clock is the bag's: a message whose transform has not come yet waits
+(tf_wait_s) while later messages of the bag are read, as it would live, never on a wall clock.
+Kept camera frames are decoded, described and encoded on --threads threads while reading goes
+on; rows are stored in bag order.
 
 Idempotent and resumable: an admitted keyframe already stored (same stream, same stamp) is
 not stored again, and a finished import is marked in the store, so importing a bag twice adds
@@ -38,9 +40,6 @@ TF_TYPE = "tf2_msgs/msg/TFMessage"
 # Key prefix of the store's meta table: one entry per finished import (bags, selection and
 # settings hashed into the key), so the same import again reads nothing.
 META_PREFIX = "import/"
-# How far TF is read ahead of the sensor messages (bag seconds) beyond tf_wait_s: what a live
-# recorder would have waited for, plus the disorder of a bag's topics.
-LOOKAHEAD_MARGIN_S = 0.5
 # Dry run: messages per topic whose header stamps are checked; /tf messages read for frames.
 STAMP_SAMPLE = 50
 TF_SAMPLE = 2000
