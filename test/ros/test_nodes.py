@@ -19,10 +19,33 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
 from tf2_msgs.msg import TFMessage
+from waiting import wait_until
 
 from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
 from memory_node.ros.image_codec import bgr_to_image_msg
 from memory_node.ros.pointcloud import make_cloud
+
+
+def stored(caller, stream: str) -> int:
+    entry = [s for s in call(caller, "streams")["streams"] if s["name"] == stream]
+    return entry[0]["count"] if entry else 0
+
+
+def wait_stored(caller, counts: dict[str, int], quiet_s: float = 0.5) -> None:
+    """Until each stream holds at least its count of rows and no row came for quiet_s: the
+    recorder has stored what was sent (instead of sleeping a fixed time for it)."""
+    last: list[int] = []
+    since = time.monotonic()
+
+    def settled() -> bool:
+        nonlocal last, since
+        now = [stored(caller, s) for s in counts]
+        if now != last:
+            last, since = now, time.monotonic()
+        return (all(n >= want for n, want in zip(now, counts.values(), strict=True))
+                and time.monotonic() - since >= quiet_s)
+
+    wait_until(settled, f"rows stored: {counts}", timeout=30, interval=0.1)
 
 
 def call(caller, verb, payload=None, timeout=20.0):
@@ -95,7 +118,7 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
         odom_pub.publish(_odom(x_odom, 0.0, 0.0, t))
         truth[round(t, 3)] = (1.0 + x_odom, 2.0)
         time.sleep(0.07)
-    time.sleep(2.0)
+    wait_stored(caller, {"camera": 8, "lidar": 8})
     cams = call(caller, "search", '{"stream": "camera", "k": 100, "order_by": "time"}')
     assert cams["ok"], cams
     rows = cams["results"]
@@ -117,13 +140,14 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
     # Phase 2, TF stops: poses fall back to the latest odometry (source odom), put into the
     # map frame through the last known map -> odom (offset (1, 2)).
     t1 = time.time() + 5  # well past the TF tolerance
+    cameras_before = stored(caller, "camera")
     for i in range(12):
         t = t1 + i * 0.1
         odom_pub.publish(_odom(10.0 + i * 0.1, 5.0, 0.0, t))
         time.sleep(0.03)
         img_pub.publish(bgr_to_image_msg(np.zeros((96, 128, 3), np.uint8), "rgb8", "camera", t))
         time.sleep(0.05)
-    time.sleep(2.0)
+    wait_stored(caller, {"camera": cameras_before + 2})
     late = call(caller, "search", json.dumps({"stream": "camera", "after": t1 - 0.01, "k": 50}))
     assert late["count"] >= 2
     for r in late["results"]:
@@ -170,7 +194,7 @@ def test_keyframes_gated_on_their_stored_pose_when_tf_comes_in_bursts(ros, ros_p
             tf_pub.publish(TFMessage(transforms=held))
             held = []
         time.sleep(0.1)
-    time.sleep(2.0)
+    wait_stored(caller, {"camera": 11})
     rows = call(caller, "search", '{"stream": "camera", "k": 100, "order_by": "time"}')["results"]
     xs = [r["pose"]["x"] for r in rows]
     assert all(r["pose"]["source"] == "tf" for r in rows), rows
