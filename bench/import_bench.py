@@ -385,12 +385,17 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                          f"{r.get('cpus_used', '?')} of {m.get('cpus', '?')} CPUs "
                          f"({m.get('cpu', '?')}), load average {m.get('loadavg', '?')}; "
                          f"{r['summary']}")
-    loads = [r.get("machine", {}).get("loadavg", [0.0])[0] for r in results.values()]
+        if r is not None and r.get("note"):
+            lines.append(f"\n{kind}, note: {r['note']}")
+    # The import itself keeps its CPUs busy: a load average above them plus one is others'.
+    loaded = {k: r.get("machine", {}).get("loadavg", [0.0])[0] for k, r in results.items()}
+    loaded = {k: v for k, v in loaded.items()
+              if v > (results[k].get("cpus_used") or 2) + 1.0}
     cpus = next(iter(results.values()), {}).get("machine", {}).get("cpus", "?")
-    if loads and max(loads) > 1.5:
-        lines += ["", f"Provisional: measured while other work shared the machine (load "
-                  f"average up to {max(loads):.0f} on {cpus} CPUs), so the wall times are "
-                  "longer than an idle "
+    if loaded:
+        lines += ["", f"Provisional for {', '.join(loaded)}: measured while other work shared "
+                  f"the machine (load average up to {max(loaded.values()):.0f} on {cpus} CPUs "
+                  "as the run ended), so the wall times may be longer than an idle "
                   "machine's. The column \"2 idle cores\" is what the import's own CPU "
                   "seconds allow there: the reader's thread, the describing threads and the "
                   "storing thread share the cores, so the wall time is about max(reader "
@@ -415,7 +420,10 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                       "(see the query sections above for 10k-1M rows)."]
     go2 = results.get("go2")
     if go2 is not None and go2.get("profile"):
-        lines += ["", "Where the time goes (Go2 rates; cProfile, cumulative):", "",
+        lines += ["", "Where the time goes (Go2 rates; cProfile, cumulative; the reader's "
+                  "thread and the storing thread: decoding, describing and encoding kept camera "
+                  "frames runs on the describing threads, beside both, and is not in the "
+                  "table):", "",
                   _profile_table(go2["profile"])]
     return "\n".join(lines)
 
@@ -435,10 +443,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     kinds = [k for k in ("sample", "go2", "long") if getattr(args, k)] or ["sample"]
     _pin(args.cpus)
-    from memory_node.ros.bag_import import available_cpus
-
-    # as memory-import does: the text model on the cores the import may use
-    os.environ.setdefault("MEMSEARCH_ONNX_THREADS", str(available_cpus()))
     for kind in kinds:
         work = Path(tempfile.mkdtemp(prefix=f"import_{kind}_", dir=args.work))
         try:

@@ -75,15 +75,6 @@ def unknown_keys(sections: dict[str, dict[str, Any]]) -> list[str]:
     return params.unknown_names({k for values in sections.values() for k in values})
 
 
-def engine_value_given(path: Path | None, key: str) -> bool:
-    """Whether the file at `path` sets the engine parameter `key` for the server (to a value
-    other than its "unset" one): offline tools pick their own default only where it does not."""
-    if path is None:
-        return False
-    value = node_values(read_sections(path), SERVER_NODE).get(key)
-    return value is not None and value != params.ENGINE_UNSET.get(key, object())
-
-
 def resolve_config(name: str | Path = "memory.yaml") -> Path | None:
     """A path as given if it exists; else a file of that name in the package's config
     directory (installed share/memory_node/config, or the source tree's config/)."""

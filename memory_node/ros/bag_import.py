@@ -640,11 +640,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for key in unknown:
         print(f"memory-import: unknown parameter {key} in {config} (ignored)", file=err)
-    if not os.environ.get("MEMSEARCH_ONNX_THREADS") and not param_file.engine_value_given(
-            config, "onnx_threads"):
-        # The text model embeds on as many cores as describe, unless the parameter file or
-        # the environment says otherwise (the live node keeps one).
-        engine_config = engine_config.replace(onnx_threads=args.threads)
     if args.dry_run:
         dry_run(plan, settings, sys.stdout)
         return 0

@@ -48,16 +48,6 @@ def test_a_value_the_node_refuses_is_refused_with_the_same_line(tmp_path):
         param_file.load(write(tmp_path, "- a list\n"))
 
 
-def test_engine_value_given_tells_a_set_value_from_an_unset_one(tmp_path):
-    path = write(tmp_path, FILE)
-    assert not param_file.engine_value_given(path, "onnx_threads")  # 0: unset, env applies
-    assert param_file.engine_value_given(path, "k_default")
-    assert not param_file.engine_value_given(None, "k_default")
-    assert param_file.engine_value_given(write(tmp_path, FILE.replace("onnx_threads: 0",
-                                                                      "onnx_threads: 3")),
-                                         "onnx_threads")
-
-
 def test_config_names_resolve_in_the_package(tmp_path):
     assert param_file.resolve_config("go2.yaml").name == "go2.yaml"
     assert param_file.resolve_config("no_such.yaml") is None
