@@ -16,6 +16,7 @@ import numpy as np
 from memory_node.core.types import normalize_angle as normalize_angle
 
 __all__ = [
+    "hamilton",
     "matrix_from_quaternion",
     "normalize_angle",
     "quaternion_angle",
@@ -29,6 +30,7 @@ __all__ = [
     "quaternion_slerp",
     "seconds_to_stamp",
     "seconds_to_stamp_parts",
+    "slerp_unit",
     "stamp_to_seconds",
     "transform_matrix",
     "yaw_from_quaternion",
@@ -73,19 +75,18 @@ def quaternion_normalize(q: QuaternionLike) -> np.ndarray:
     return arr / norm
 
 
+def hamilton(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:
+    """Hamilton product a*b of (x, y, z, w) quaternions as plain floats (no arrays: a TF
+    lookup composes thousands per second)."""
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return (aw * bx + ax * bw + ay * bz - az * by, aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw, aw * bw - ax * bx - ay * by - az * bz)
+
+
 def quaternion_multiply(a: QuaternionLike, b: QuaternionLike) -> np.ndarray:
     """Hamilton product a*b: rotating by b first, then by a."""
-    ax, ay, az, aw = (float(v) for v in a)
-    bx, by, bz, bw = (float(v) for v in b)
-    return np.array(
-        [
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-            aw * bw - ax * bx - ay * by - az * bz,
-        ],
-        dtype=np.float64,
-    )
+    return np.array(hamilton([float(v) for v in a], [float(v) for v in b]), dtype=np.float64)
 
 
 def quaternion_conjugate(q: QuaternionLike) -> np.ndarray:
@@ -100,21 +101,30 @@ def quaternion_rotate(q: QuaternionLike, v: Sequence[float] | np.ndarray) -> np.
     return vec @ matrix_from_quaternion(q).T
 
 
-def quaternion_slerp(q0: QuaternionLike, q1: QuaternionLike, t: float) -> np.ndarray:
-    """Spherical interpolation along the shorter arc (so yaw 179° -> -179° passes through 180°,
-    not through 0°). The angle comes from atan2 of |a-b| and |a+b|, accurate even for the
-    tiny steps between 20 Hz samples, where acos(dot) or a normalized lerp would drift."""
-    a = quaternion_normalize(q0)
-    b = quaternion_normalize(q1)
-    if float(a @ b) < 0.0:
-        b = -b
-    diff, total = a - b, a + b
-    half = math.atan2(math.sqrt(float(diff @ diff)), math.sqrt(float(total @ total)))
+def slerp_unit(a: Sequence[float], b: Sequence[float],
+               t: float) -> tuple[float, float, float, float]:
+    """Spherical interpolation of unit quaternions as plain floats, along the shorter arc (so
+    yaw 179° -> -179° passes through 180°, not through 0°); not renormalised. The angle comes
+    from atan2 of |a-b| and |a+b|, accurate even for the tiny steps between 20 Hz samples,
+    where acos(dot) or a normalized lerp would drift."""
+    if a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] < 0.0:
+        b = [-v for v in b]
+    half = math.atan2(math.sqrt(sum((p - q) ** 2 for p, q in zip(a, b, strict=True))),
+                      math.sqrt(sum((p + q) ** 2 for p, q in zip(a, b, strict=True))))
     theta = 2.0 * half  # angle between a and b on the 4-sphere
     if theta < 1e-12:
-        return a
+        return a[0], a[1], a[2], a[3]
     sin_theta = math.sin(theta)
-    out = (math.sin((1.0 - t) * theta) / sin_theta) * a + (math.sin(t * theta) / sin_theta) * b
+    wa, wb = math.sin((1.0 - t) * theta) / sin_theta, math.sin(t * theta) / sin_theta
+    return (wa * a[0] + wb * b[0], wa * a[1] + wb * b[1], wa * a[2] + wb * b[2],
+            wa * a[3] + wb * b[3])
+
+
+def quaternion_slerp(q0: QuaternionLike, q1: QuaternionLike, t: float) -> np.ndarray:
+    """Spherical interpolation along the shorter arc (see `slerp_unit`), of any non-zero
+    quaternions; a unit quaternion."""
+    out = np.array(slerp_unit(quaternion_normalize(q0).tolist(),
+                              quaternion_normalize(q1).tolist(), t), dtype=np.float64)
     return out / math.sqrt(float(out @ out))
 
 

@@ -35,12 +35,14 @@ import numpy as np
 
 from memory_node.core.recording import TimeJumpDetector
 from memory_node.ros.geometry import (
+    hamilton,
     matrix_from_quaternion,
     quaternion_conjugate,
     quaternion_from_matrix,
     quaternion_from_yaw,
     quaternion_normalize,
     seconds_to_stamp,
+    slerp_unit,
     stamp_to_seconds,
     yaw_from_quaternion,
 )
@@ -92,21 +94,6 @@ def _vec3(values: Any) -> np.ndarray:
     arr = np.array(values, dtype=np.float64).reshape(3)
     arr.setflags(write=False)
     return arr
-
-
-def _slerp_unit(a: list[float], b: list[float], t: float) -> tuple[float, float, float, float]:
-    """geometry.quaternion_slerp for unit quaternions as Python floats (no arrays)."""
-    if a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] < 0.0:
-        b = [-v for v in b]
-    half = math.atan2(math.sqrt(sum((p - q) ** 2 for p, q in zip(a, b, strict=True))),
-                      math.sqrt(sum((p + q) ** 2 for p, q in zip(a, b, strict=True))))
-    theta = 2.0 * half  # angle between a and b on the 4-sphere
-    if theta < 1e-12:
-        return a[0], a[1], a[2], a[3]
-    sin_theta = math.sin(theta)
-    wa, wb = math.sin((1.0 - t) * theta) / sin_theta, math.sin(t * theta) / sin_theta
-    return (wa * a[0] + wb * b[0], wa * a[1] + wb * b[1], wa * a[2] + wb * b[2],
-            wa * a[3] + wb * b[3])
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,8 +202,8 @@ class Transform:
             return self
         if self is _IDENTITY:
             return other
-        ax, ay, az, aw = self.rotation.tolist()
-        bx, by, bz, bw = other.rotation.tolist()
+        a = self.rotation.tolist()
+        ax, ay, az, aw = a
         vx, vy, vz = other.translation.tolist()
         tx, ty, tz = self.translation.tolist()
         # v rotated by a: v + w * c + q x c, with c = 2 (q x v)
@@ -224,8 +211,7 @@ class Transform:
         return Transform._of_unit(
             (tx + vx + aw * cx + (ay * cz - az * cy), ty + vy + aw * cy + (az * cx - ax * cz),
              tz + vz + aw * cz + (ax * cy - ay * cx)),
-            (aw * bx + ax * bw + ay * bz - az * by, aw * by - ax * bz + ay * bw + az * bx,
-             aw * bz + ax * by - ay * bx + az * bw, aw * bw - ax * bx - ay * by - az * bz))
+            hamilton(a, other.rotation.tolist()))
 
     def __matmul__(self, other: Transform) -> Transform:
         return self.compose(other)
@@ -246,7 +232,7 @@ class Transform:
         a, b = self.rotation.tolist(), other.rotation.tolist()
         return Transform._of_unit(
             (ax + ratio * (bx - ax), ay + ratio * (by - ay), az + ratio * (bz - az)),
-            _slerp_unit(a, b, ratio))
+            slerp_unit(a, b, ratio))
 
     def isclose(self, other: Transform, atol: float = 1e-9, angle_atol: float = 1e-9) -> bool:
         """Same translation within atol and same rotation within angle_atol radians
