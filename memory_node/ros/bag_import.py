@@ -397,14 +397,13 @@ class _Storer:
     next batch overlaps embedding and storing this one. At most a few batches wait, so the
     store is never far behind the bag."""
 
-    def __init__(self, store: Any, prepare: Any = None, threads: int = 1) -> None:
+    def __init__(self, store: Any, prepare: Any, threads: int = 1) -> None:
         import queue
         import threading
         from concurrent.futures import ThreadPoolExecutor
 
         self._store, self._prepare = store, prepare
-        self._pool = (ThreadPoolExecutor(threads, thread_name_prefix="memory-import-describe")
-                      if prepare is not None else None)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="memory-import-describe")
         self._queue: queue.Queue[tuple[list[Any], list[Any]] | None] = queue.Queue(maxsize=4)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="memory-import-store",
@@ -425,9 +424,7 @@ class _Storer:
                 self.error = exc
 
     def put(self, batch: list[Any]) -> None:
-        prepared = ([self._pool.submit(self._prepare, job) for job in batch]
-                    if self._pool is not None else [])
-        self._queue.put((batch, prepared))
+        self._queue.put((batch, [self._pool.submit(self._prepare, job) for job in batch]))
         if self.error is not None:
             raise self.error
 
@@ -435,8 +432,7 @@ class _Storer:
         """Wait until everything handed over is stored."""
         self._queue.put(None)
         self._thread.join()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
         if self.error is not None:
             raise self.error
 
