@@ -156,10 +156,11 @@ def image_to_gray(msg: Any) -> np.ndarray:
     """(H, W) uint8 grey of a sensor_msgs/Image: what cvtColor(image_to_bgr(msg), BGR2GRAY)
     gives, without the BGR copy for the common 8-bit colour encodings (the keyframe gate
     looks at every raw frame)."""
-    code = _TO_GRAY.get(_canonical(msg.encoding))
+    encoding = _canonical(msg.encoding)
+    code = _TO_GRAY.get(encoding)
     if code is not None:
         height, width, step = int(msg.height), int(msg.width), int(msg.step)
-        channels = 4 if code in (cv2.COLOR_BGRA2GRAY, cv2.COLOR_RGBA2GRAY) else 3
+        channels = ENCODINGS[encoding][0]
         data = _bytes_of(msg.data)
         if height and width and step == width * channels and data.size >= height * step:
             return cv2.cvtColor(data[:height * step].reshape(height, width, channels), code)
