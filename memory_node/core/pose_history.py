@@ -175,12 +175,15 @@ class PoseHistory:
         now = self.clock()
         if self.buffer.on_time(now):
             self._fresh.clear()
-            self.latest_tf_stamp = None
+            self.latest_tf_stamp = self.buffer.newest_stamp()
             # A new timeline starts now: its first messages wait for its TF again, rather than
             # taking "TF has flowed for tf_wait_s without a map" from the last timeline and
             # falling back to odometry's own frame at once.
             self.first_tf_wall = self.last_tf_wall
-            self.log.warning("time jumped back: TF buffer cleared")
+            kept = self.buffer.restored
+            self.log.warning("time jumped back: TF buffer cleared" + (
+                f", keeping the {kept} transform(s) of the new timeline read before its clock"
+                if kept else ""))
         self.tf_messages += 1
         for e in self._read(data, False):
             if self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,

@@ -17,7 +17,10 @@ on a robot as in tests. It mirrors tf2's semantics where they matter:
 - t == 0 means the latest time every dynamic edge on the path has data for;
 - clear() drops the dynamic history but keeps static edges (tf2 does the same: /tf_static is
   latched and would not come again), and on_time() clears when time jumps backwards, as
-  when a bag restarts under simulated time.
+  when a bag restarts under simulated time. A restarted bag's first transforms may be read
+  before the node clock's jump back (/tf and /clock are separate topics): each edge holds
+  the samples that came more than the jump threshold behind its newest, and the jump keeps
+  those its new time reaches instead of losing the new timeline's first moments.
 
 Nothing here imports rclpy.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -264,15 +268,24 @@ class _Sample:
 
 
 class _DynamicEdge:
-    """One child frame's /tf history, sorted by stamp."""
+    """One child frame's /tf history, sorted by stamp, and the samples that came far behind
+    it (`held`): a restarted timeline's start, if the clock jumps back to them."""
 
-    __slots__ = ("samples", "times")
+    __slots__ = ("samples", "times", "held")
+
+    # At most this many samples held per edge (a second of a 1 kHz edge, ten of 100 Hz).
+    HELD_MAX = 1000
 
     def __init__(self) -> None:
         self.times: list[float] = []
         self.samples: list[_Sample] = []
+        self.held: deque[_Sample] = deque(maxlen=self.HELD_MAX)
 
-    def insert(self, sample: _Sample, cache_time_s: float) -> bool:
+    def insert(self, sample: _Sample, cache_time_s: float, behind_s: float = math.inf) -> bool:
+        """Add the sample; False when it is older than the cache window. One more than
+        `behind_s` behind the newest is held too (see `held`), taken or not."""
+        if self.times and sample.stamp < self.times[-1] - behind_s:
+            self.held.append(sample)
         if self.times and sample.stamp < self.times[-1] - cache_time_s:
             return False  # older than the cache window: tf2 drops it too
         i = bisect.bisect_left(self.times, sample.stamp)
@@ -349,6 +362,7 @@ class TransformBuffer:
         self._dynamic: dict[str, _DynamicEdge] = {}
         self._parents: set[str] = set()
         self._jump = TimeJumpDetector(jump_threshold_s)
+        self.restored = 0  # held samples kept at the last jump back (see on_time)
         self.rejected = 0
         # rejections by reason: malformed, empty_frame, self_transform, non_finite,
         # older_than_cache
@@ -418,7 +432,8 @@ class TransformBuffer:
                     edge = self._dynamic[child] = _DynamicEdge()
                     self.topology += 1
                 latest_parent = edge.samples[-1].parent if edge.samples else None
-                if not edge.insert(_Sample(stamp, parent, transform), self.cache_time_s):
+                if not edge.insert(_Sample(stamp, parent, transform), self.cache_time_s,
+                                   self._jump.threshold_s):
                     return self._reject(
                         "older_than_cache",
                         f"edge '{parent}' -> '{child}' at t={stamp:.3f} is older than the "
@@ -462,12 +477,30 @@ class TransformBuffer:
 
     def on_time(self, now_s: float) -> bool:
         """Feed the node clock; clears the dynamic history and returns True when time went
-        backwards by more than the jump threshold (a bag restart under simulated time)."""
+        backwards by more than the jump threshold (a bag restart under simulated time).
+
+        The held samples the new time reaches (stamped up to the threshold past it) stay:
+        they are the restarted timeline's, read before its clock; `restored` counts them."""
         with self._lock:
-            if self._jump.jumped_back(now_s):
-                self.clear()
-                return True
-        return False
+            if not self._jump.jumped_back(now_s):
+                return False
+            horizon = now_s + self._jump.threshold_s
+            held = sorted(((s, child) for child, edge in self._dynamic.items()
+                           for s in edge.held if s.stamp <= horizon),
+                          key=lambda pair: pair[0].stamp)
+            self.clear()
+            for sample, child in held:
+                self._dynamic.setdefault(child, _DynamicEdge()).insert(sample, self.cache_time_s)
+                self._parents.add(sample.parent)
+            self.topology += 1
+            self.restored = len(held)
+            return True
+
+    def newest_stamp(self) -> float | None:
+        """The newest /tf stamp held in the dynamic history (None when it is empty)."""
+        with self._lock:
+            return max((edge.times[-1] for edge in self._dynamic.values() if edge.times),
+                       default=None)
 
     def set_transforms(
         self, transforms: Iterable[Any], authority: str = "", is_static: bool = False

@@ -95,3 +95,29 @@ def test_rejections_are_counted_by_reason(history):
     assert history.tf_stats()["tf_rejected"] == {"empty_frame": 1, "self_transform": 1,
                                                  "older_than_cache": 1,
                                                  "malformed_message": 1}
+
+
+def test_a_looping_bag_read_before_its_clock_jump_keeps_its_first_poses(history):
+    """A bag played twice: the second pass's first /tf messages are read while the node clock
+    still stands at the end of the first (/tf and /clock are separate topics). The jump back
+    keeps them, so a camera frame stamped in that first second is posed from TF; one stamped
+    in the first pass's last seconds is not posed from the old pass."""
+    history.on_tf([tf("map", "odom", 0.0)], is_static=True)
+    for i in range(301):  # pass 1: 30 s at 10 Hz, 0.1 m/s along x
+        t = T0 + i / 10
+        history.clock_box.now = t
+        history.on_tf([tf("odom", "base_link", t, x=0.1 * (t - T0))])
+    for i in range(16):  # pass 2's first 1.5 s, read before the clock says so
+        t = T0 + i / 10
+        history.on_tf([tf("odom", "base_link", t, x=5.0 + 0.1 * (t - T0))])
+    assert history.tf_pose_exact(T0 + 0.52)[0] is None  # refused: older than the cache
+    history.clock_box.now = T0 + 1.5  # /clock jumps back
+    history.on_tf([tf("odom", "base_link", T0 + 1.6, x=5.16)])
+    pose, _ = history.tf_pose_exact(T0 + 0.52)
+    assert pose is not None and pose.frame == "map"
+    assert pose.x == pytest.approx(5.052)
+    assert history.tf_pose_exact(T0 + 25.0) == (None, True)  # the old pass is gone
+    assert history.latest_tf_stamp == pytest.approx(T0 + 1.6)
+    said = [m for m in history.logged.warnings() if "time jumped back" in m]
+    assert said == ["time jumped back: TF buffer cleared, keeping the 16 transform(s) of the "
+                    "new timeline read before its clock"]

@@ -453,6 +453,39 @@ def test_old_data_is_rejected_until_time_jump_is_seen() -> None:
     assert buf.set_transform(stale)
 
 
+
+def test_a_short_loop_read_before_its_clock_jump_keeps_the_new_pass_only() -> None:
+    """A 5 s loop inside the cache window: the second pass's first second is read before the
+    clock jumps back. After the jump the buffer holds that second and nothing of the first
+    pass beyond it (the first pass's samples at later stamps would pose the robot wrongly)."""
+    buf = TransformBuffer(10.0)
+    fill_scene(buf, T0, T0 + 5)
+    buf.on_time(T0 + 5)
+    for t in sample_times(T0, T0 + 1):  # pass 2, before the clock
+        assert buf.set_transform(ts_from_matrix("odom", "base_link", odom_base(t), t), "bag")
+    assert buf.on_time(T0 + 1)
+    assert buf.restored == len(sample_times(T0, T0 + 1))
+    t = T0 + 0.5
+    assert_pose(buf.lookup("map", "camera", t), expected("map", "camera", t))
+    with pytest.raises(ExtrapolationError):
+        buf.lookup("map", "base_link", T0 + 4)
+
+
+def test_a_stale_publisher_without_a_jump_changes_nothing() -> None:
+    """Samples far behind an edge's newest are held only for a jump that may come: without
+    one they are refused as before, and what is held stays bounded."""
+    buf = TransformBuffer(5.0)
+    fill_scene(buf, T0, T0 + 10)
+    for i in range(3000):
+        stale = ts_from_matrix("odom", "base_link", odom_base(T0), T0 + i * 1e-4)
+        assert not buf.set_transform(stale, "stale")
+    assert buf.rejections == {"older_than_cache": 3000}
+    assert not buf.on_time(T0 + 10)
+    t = T0 + 9.5
+    assert_pose(buf.lookup("map", "camera", t), expected("map", "camera", t))
+    assert buf.on_time(T0 + 2)  # a real jump back: the held samples it reaches stay
+    assert 0 < buf.restored <= 1000
+
 # -- our buffer's own input checks -------------------------------------------------------
 def test_malformed_edges_are_rejected_and_counted_by_reason() -> None:
     buf = TransformBuffer()
