@@ -147,7 +147,9 @@ class RecorderPolicy:
         self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
         # The newest lidar keyframe in world coordinates (t, xy): the range of camera views.
         self._last_scan: tuple[float, np.ndarray] | None = None
-        self.resolver = PoseResolver(poses, self.tf_wait_s, clock=self.wall, sleep=sleep)
+        self.resolver = PoseResolver(poses, self.tf_wait_s, clock=self.wall, sleep=sleep,
+                                     node_clock=self.clock,
+                                     jump_threshold_s=self.timeline.detector.threshold_s)
         self._unposed_said: set[str] = set()  # streams warned about rows without a pose
         # recent odometry samples (stamp, x, y, frame): speed when the twist is empty
         self._odom_track: deque[tuple[float, float, float, str]] = deque(maxlen=64)

@@ -124,6 +124,7 @@ class PoseSource(Protocol):
 
     last_tf_wall: float | None  # monotonic time of the newest /tf message, None before any
     first_tf_wall: float | None
+    latest_tf_stamp: float | None  # the newest /tf stamp read (its timeline), None before any
 
     def tf_pose_exact(self, stamp_s: float) -> tuple[Pose | None, bool]:
         """TF world ← base exactly at the stamp, and whether a transform for it may still
@@ -158,15 +159,25 @@ class PoseResolver:
     sample waits (the same `wait_s`) for the odometry that covers its stamp — a driver whose
     odometry arrives late and in bursts — and is then posed between the samples around it.
     Once such a wait runs out, later messages wait again only after odometry moved on.
+
+    `node_clock` is the clock the messages' epochs follow. When TF's newest stamp lies ahead
+    of it by more than `jump_threshold_s`, the clock jumped back and TF's reader (its own
+    node, its own /clock) has not seen that yet: its buffer still holds the last timeline, so
+    the message waits (the same `wait_s`) for it to catch up rather than being posed from the
+    old timeline or not at all.
     `clock` and `sleep` are injectable so the waits are tested without waiting.
     """
 
     def __init__(self, source: PoseSource, wait_s: float, *,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 0.01) -> None:
+                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 0.01,
+                 node_clock: Callable[[], float] | None = None,
+                 jump_threshold_s: float = DEFAULT_JUMP_THRESHOLD_S) -> None:
         self.source = source
         self.wait_s = wait_s
         self.clock, self.sleep, self.poll_s = clock, sleep, poll_s
+        self.node_clock, self.jump_threshold_s = node_clock, jump_threshold_s
+        self._left_timeline_wait_out: float | None = None  # node clock when such a wait ran out
         self._stalled_at: tuple[float | None] | None = None  # (last_tf_wall,) at a timeout
         self._odom_stalled_at: float | None = None  # latest odometry stamp at a timeout
 
@@ -186,6 +197,12 @@ class PoseResolver:
         """One look, never waiting: (decided, pose, whether the wait ran out). Undecided
         while a transform for the stamp may still come within `wait_s` of `arrived` — an
         offline importer, whose clock is the bag's, asks again after feeding more TF."""
+        if not cancelled() and self._tf_on_a_left_timeline(stamp):
+            if self.clock() < arrived + self.wait_s:
+                return False, None, False
+            # TF stays ahead of the node clock: skewed clocks, not a jump. No more such waits
+            # until the node clock jumps back below this point.
+            self._left_timeline_wait_out = self.node_clock() if self.node_clock else None
         pose, may_come = self.source.tf_pose_exact(stamp)
         if pose is not None:
             return True, pose, False  # the common case: one lookup
@@ -201,6 +218,18 @@ class PoseResolver:
             self._odom_stalled_at = self.source.latest_odom_stamp
             return True, self.source.pose_at(stamp), True
         return True, self.source.pose_at(stamp), False
+
+    def _tf_on_a_left_timeline(self, stamp: float) -> bool:
+        """Whether TF still holds a timeline the node clock jumped back from (see the class
+        docstring). The node clock is read only when TF is far ahead of the stamp."""
+        latest = self.source.latest_tf_stamp
+        if self.node_clock is None or latest is None or latest <= stamp + self.jump_threshold_s:
+            return False
+        now = self.node_clock()
+        given_up = self._left_timeline_wait_out
+        if given_up is not None and now >= given_up - self.jump_threshold_s:
+            return False
+        return latest > now + self.jump_threshold_s
 
     def _odom_expected(self, stamp: float) -> bool:
         """Whether odometry covering the stamp may still come: the pose will be odometry's

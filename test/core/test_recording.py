@@ -27,6 +27,8 @@ class FakeClock:
 class FakeTf:
     """TF as the resolver sees it: transforms by stamp, arriving at given clock times."""
 
+    latest_tf_stamp: float | None = None  # only the node-clock tests give one
+
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.arrivals: list[tuple[float, float, Pose]] = []  # (arrives at, stamp, pose)
@@ -123,6 +125,61 @@ def test_a_clock_jump_ends_the_wait(setup):
 
     pose, timed_out = resolver.resolve(55.0, arrived=clock.now, cancelled=cancelled)
     assert not timed_out and clock.slept < 0.1
+
+
+class LaggingTf(FakeTf):
+    """TF read by a node whose /clock lags the recorder's: until wall time `caught_up_at` its
+    buffer holds the last pass (stamps up to 830), after it the new pass's first seconds."""
+
+    def __init__(self, clock: FakeClock, caught_up_at: float) -> None:
+        super().__init__(clock)
+        self.caught_up_at = caught_up_at
+
+    @property
+    def latest_tf_stamp(self) -> float:
+        return 830.0 if self.clock.now < self.caught_up_at else 801.7
+
+    def tf_pose_exact(self, stamp_s: float):
+        if self.clock.now < self.caught_up_at:
+            return None, False  # before the old pass's data: "past", never coming
+        return Pose(5.05, 0.0), True
+
+
+def test_tf_still_on_the_timeline_the_clock_jumped_back_from_is_waited_for():
+    """The recorder's clock jumped back to 801.6; TF's reader has not seen the jump yet, so a
+    frame stamped 801.52 is refused by the old buffer. It waits for TF to catch up instead of
+    being stored without a pose."""
+    clock = FakeClock()
+    tf = LaggingTf(clock, caught_up_at=100.3)
+    resolver = PoseResolver(tf, wait_s=2.0, clock=clock, sleep=clock.sleep,
+                            node_clock=lambda: 801.6)
+    pose, timed_out = resolver.resolve(801.52, arrived=clock.now)
+    assert (pose.x, timed_out) == (5.05, False)
+    assert clock.slept == pytest.approx(0.3, abs=0.02)
+
+
+def test_tf_ahead_of_the_node_clock_for_good_costs_one_wait():
+    """TF stamped 5 s ahead of the node clock (another machine's clock) and frames looked up
+    on the node clock: one wait finds that out; later frames do not wait, until the node
+    clock jumps back again."""
+    clock = FakeClock()
+    node = FakeClock()
+    node.now = 500.0
+    tf = FakeTf(clock)
+    tf.latest_tf_stamp = 505.0
+    tf.arrivals = [(99.0, 499.0, Pose(1.0, 0.0))]
+    resolver = PoseResolver(tf, wait_s=2.0, clock=clock, sleep=clock.sleep,
+                            node_clock=node)
+    pose, timed_out = resolver.resolve(499.0, arrived=clock.now)
+    assert pose.x == 1.0 and clock.slept == pytest.approx(2.0, abs=0.02)
+    for _ in range(5):
+        node.now += 0.1
+        tf.latest_tf_stamp += 0.1
+        resolver.resolve(499.0, arrived=clock.now)
+    assert clock.slept == pytest.approx(2.0, abs=0.02)
+    node.now, tf.latest_tf_stamp = 450.0, 460.0  # a jump back: waits are armed again
+    resolver.resolve(449.0, arrived=clock.now)
+    assert clock.slept == pytest.approx(4.0, abs=0.04)
 
 
 def test_one_jump_detector_with_a_threshold():
