@@ -6,9 +6,7 @@ Tolerances, stated once:
 - the brightest keyframe is within BRIGHT_TOL_M of the window (the camera sees the window from
   the room, not from the wall itself);
 - "been here" uses a radius of HERE_RADIUS_M;
-- a pose from TF is within POSE_TOL_M of the ground-truth path interpolated at its stamp; one
-  from the odometry fallback (TF late or lost, odometry put in the map frame through the last
-  map -> odom) within ODOM_TOL_M;
+- poses: POSE_TOL_M from TF, ODOM_TOL_M from odometry (replay_support);
 - person frames near the door lie inside the ground-truth window, ± 1 s.
 """
 
@@ -24,26 +22,15 @@ import threading
 import anyio
 import numpy as np
 import pytest
+from replay_support import RATE, check_poses, search, session_in
 from waiting import wait_until
 
 from memory_node.agent.ros_client import RosClient
 from memory_node.agent.skills import get_skills
-from memory_node.demo import Session, load_sample, wait_until_settled
+from memory_node.demo import wait_until_settled
 
 BRIGHT_TOL_M = 3.0
 HERE_RADIUS_M = 1.0
-POSE_TOL_M = 0.15
-ODOM_TOL_M = 0.5
-RATE = 3.0
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    return load_sample(tmp_path_factory.mktemp("sample"), seed=7)
-
-
-def _session(tmp, two_process: bool) -> Session:
-    return Session(tmp / "memory", dict(os.environ), tmp / "logs", two_process)
 
 
 class ClockAt:
@@ -91,7 +78,7 @@ def replayed(request, sample, tmp_path_factory):
                               stdin=subprocess.DEVNULL)
         assert done.returncode == 0, done.stderr
         clock = ClockAt(sample.truth["epoch"] + sample.truth["duration"])
-    session = _session(tmp, two_process=imported)
+    session = session_in(tmp, two_process=imported)
     client = RosClient(use_sim_time=True, timeout_s=20.0)
     try:
         session.start()
@@ -110,28 +97,6 @@ def replayed(request, sample, tmp_path_factory):
             clock.close()
 
 
-def search(client, **query) -> list[dict]:
-    answer = json.loads(client.search(json.dumps(query)))
-    assert answer["ok"], answer
-    return answer["results"]
-
-
-def _path_at(sample, t: float) -> tuple[float, float]:
-    path = sample.truth["path"]
-    ts = np.array([p["t"] for p in path])
-    return (float(np.interp(t, ts, [p["x"] for p in path])),
-            float(np.interp(t, ts, [p["y"] for p in path])))
-
-
-def _check_poses(sample, rows: list[dict]) -> None:
-    """Every pose is in the map frame and where the robot really was at that stamp."""
-    for r in rows:
-        assert r["pose"]["frame"] == "map", r
-        tol = POSE_TOL_M if r["pose"]["source"] == "tf" else ODOM_TOL_M
-        x, y = _path_at(sample, r["t"])
-        assert abs(r["pose"]["x"] - x) < tol and abs(r["pose"]["y"] - y) < tol, r
-
-
 def test_every_stream_recorded_with_map_poses(replayed):
     session, client, sample, _ = replayed
     streams = {s["name"]: s for s in json.loads(client.streams())["streams"]}
@@ -139,7 +104,7 @@ def test_every_stream_recorded_with_map_poses(replayed):
     assert streams["camera"]["count"] >= 40 and streams["camera"]["semantic"]
     cams = search(client, stream="camera", k=100, order_by="time")
     assert sum(r["pose"]["source"] == "tf" for r in cams) >= 0.9 * len(cams)
-    _check_poses(sample, cams)
+    check_poses(sample, cams)
 
 
 def test_brightest_place_is_by_the_window(replayed):
@@ -249,22 +214,3 @@ def test_results_identical_after_restart(replayed):
     after = [search(client, **q) for q in queries]
     assert after == before
 
-
-def test_loop_replay_keeps_poses_right(sample, tmp_path):
-    """The bag played twice: simulated time jumps back, TF buffers and gates reset."""
-    session = _session(tmp_path, two_process=False)
-    session.start()
-    client = RosClient(use_sim_time=True, timeout_s=20.0)
-    try:
-        out = session.replay(sample.bag, RATE, ["--duration", "30", "--loops", "2"])
-        assert "2 pass(es)" in out
-        wait_until_settled(client)
-        cams = search(client, stream="camera", k=100, order_by="time")
-    finally:
-        client.close()
-        session.stop()
-    stamps = [round(r["t"], 3) for r in cams]
-    assert len(stamps) > len(set(stamps)), "the second pass stored nothing"
-    log = (tmp_path / "logs" / "memory-node.log").read_text()
-    assert "time jumped back" in log
-    _check_poses(sample, cams)

@@ -36,7 +36,6 @@ from ros_helpers import spawn, stop
 
 from bench.tf_load import MAP_ODOM, ROBOT_POSE, RobotPublisher, final_counters
 from memory_node.agent.ros_client import RosClient
-from memory_node.demo import load_sample
 from memory_node.ros.cli import ServiceCaller
 from memory_node.sim.trajectory import Trajectory, build_tour
 
@@ -53,11 +52,6 @@ START_A = (0.2, 0.4, -1.0)  # where the robot stands before it walks to ROBOT_PO
 def _memory_node() -> list[str]:
     exe = Path(sys.executable).parent / "memory-node"
     return [str(exe)] if exe.exists() else ["-m", "memory_node.ros.main"]
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    return load_sample(tmp_path_factory.mktemp("sample"), seed=7)
 
 
 @pytest.fixture
