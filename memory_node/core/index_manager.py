@@ -44,8 +44,7 @@ import faiss
 import numpy as np
 
 from memory_node.core.config import MemoryConfig
-from memory_node.core.store.base import KeyVectors
-from memory_node.core.store.sqlite_store import SqliteObservationStore
+from memory_node.core.store.base import KeyVectors, VectorFeed
 from memory_node.core.store.vector_files import DIR_NAME, fsync_dir, row_crcs
 from memory_node.core.vectors.exact import ExactIndex
 from memory_node.core.vectors.faiss_index import GraphIndex
@@ -102,7 +101,7 @@ def _graph_base(model_id: str) -> str:
 
 
 class IndexManager:
-    def __init__(self, config: MemoryConfig, store: SqliteObservationStore):
+    def __init__(self, config: MemoryConfig, store: VectorFeed):
         self.config = config
         self.store = store
         self._indexes: dict[Key, ExactIndex] = {}
