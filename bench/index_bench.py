@@ -230,7 +230,7 @@ def _time_order(ds: Any, queries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _cache_costs(d: Path, ds: Any, queries: list[dict[str, Any]], scratch: Path
                  ) -> dict[str, Any]:
-    import memory_node.core.index_manager as im
+    import memory_node.core.vectors.index_cache as cache
 
     mem = copy_store(d, scratch / "index_cache")
     t0 = time.perf_counter()
@@ -240,9 +240,9 @@ def _cache_costs(d: Path, ds: Any, queries: list[dict[str, Any]], scratch: Path
     files = [p for p in (mem / "index").rglob("*") if p.is_file() and p.name != ".lock"]
     for p in files:  # the checksums the open runs: the arrays (graphs: in the background)
         if p.name.endswith((".ids.npy", ".slots.npy", ".meta.npy")):
-            im._file_sum(p)  # noqa: SLF001 - the checksum pass the loader runs, timed alone
+            cache._file_sum(p)  # noqa: SLF001 - the checksum pass the loader runs, timed alone
     for p in (mem / "vectors").glob("*.f32"):  # and the vector file rows the cache names
-        im._crc_prefix(p, p.stat().st_size)  # noqa: SLF001 - timed alone
+        cache._crc_prefix(p, p.stat().st_size)  # noqa: SLF001 - timed alone
     sum_s = time.perf_counter() - t0
     size_mb = sum(p.stat().st_size for p in files) / 2**20
     t0 = time.perf_counter()

@@ -30,7 +30,7 @@ import numpy as np
 from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
 from memory_node.core.errors import ContractError
 from memory_node.core.query import ENGINE_TAGS, SaveRequest
-from memory_node.core.store.sqlite_store import SqliteObservationStore
+from memory_node.core.store.base import CompactionStore
 from memory_node.core.types import Observation, Pose
 
 # (model id, stream, row id) -> the row's vector, or None when it has none.
@@ -57,7 +57,7 @@ class Compactor:
     catch-up, the vectors, the way to store a summary, the LLM settings) and never sees the
     engine."""
 
-    def __init__(self, store: SqliteObservationStore, config: MemoryConfig, *,
+    def __init__(self, store: CompactionStore, config: MemoryConfig, *,
                  clock: Callable[[], float], sync: Callable[[], int], vector_of: VectorOf,
                  save_summary: SaveSummary, llm_settings: Any = "env"):
         self.store = store

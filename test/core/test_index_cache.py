@@ -357,14 +357,14 @@ def test_sigkill_mid_persist_leaves_a_valid_cache_or_none(tmp_path, caplog):
 
 def test_interrupt_mid_persist_keeps_the_previous_cache(tmp_path, caplog, monkeypatch):
     """A second Ctrl-C lands inside the write: the cache written before stays whole."""
-    import memory_node.core.index_manager as im
+    import memory_node.core.vectors.index_cache as cache
 
     root = tmp_path / "m"
     _small_store(root)
     mgr = _manager(root)
     mgr.load_or_rebuild()
     assert mgr.persist() is True
-    real = im._write_npy
+    real = cache._write_npy
     calls = []
 
     def interrupted(path, arr):
@@ -373,7 +373,7 @@ def test_interrupt_mid_persist_keeps_the_previous_cache(tmp_path, caplog, monkey
             raise KeyboardInterrupt
         return real(path, arr)
 
-    monkeypatch.setattr(im, "_write_npy", interrupted)
+    monkeypatch.setattr(cache, "_write_npy", interrupted)
     with pytest.raises(KeyboardInterrupt):
         mgr.persist()
     monkeypatch.undo()
@@ -383,6 +383,7 @@ def test_interrupt_mid_persist_keeps_the_previous_cache(tmp_path, caplog, monkey
 
 def test_close_says_whether_the_cache_was_written(tmp_path, caplog, monkeypatch):
     import memory_node.core.index_manager as im
+    import memory_node.core.vectors.index_cache as cache
 
     eng = make_engine(tmp_path / "a")
     eng.save("a note")
@@ -394,7 +395,7 @@ def test_close_says_whether_the_cache_was_written(tmp_path, caplog, monkeypatch)
     def refused(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(im, "_write_npy", refused)
+    monkeypatch.setattr(cache, "_write_npy", refused)
     with caplog.at_level(logging.WARNING, logger="memory_node"):
         assert eng.close() is False
     assert "index cache not written" in caplog.text and "PermissionError" in caplog.text

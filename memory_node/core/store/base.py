@@ -5,9 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
+from memory_node.core.store.vector_files import VectorMap
 from memory_node.core.types import Observation, RowFilter
 
 
@@ -119,3 +122,67 @@ class ObservationStore(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+class VectorFileReader(Protocol):
+    """The read side of a store's vector files: where a generation is, and a map of it."""
+
+    def path(self, model_id: str, stream: str, gen: int) -> Path: ...
+
+    def map(self, model_id: str, stream: str, gen: int, dim: int, rows: int) -> VectorMap: ...
+
+
+class VectorFeed(Protocol):
+    """What the vector indexes and their on-disk cache read from a store: the change feed and
+    its position, each (model, stream)'s rows and file, the checks the cache is verified
+    with. Nothing else, so the indexes do not depend on one store's class."""
+
+    @property
+    def files(self) -> VectorFileReader: ...
+
+    def data_version(self) -> int:
+        """Changes whenever another connection commits: the feed is read only then."""
+        ...
+
+    def max_vector_seq(self) -> int: ...
+
+    def vector_changes(self, after_seq: int) -> Iterator[VectorChange]: ...
+
+    def vector_file_states(self) -> dict[tuple[str, str], tuple[int, int, int]]:
+        """{(model, stream): (generation, dimension, committed rows)}."""
+        ...
+
+    def key_vectors(self, model_id: str, stream: str) -> KeyVectors: ...
+
+    def drop_vectors(self, ids: Sequence[int], why: str) -> int: ...
+
+    def vector_places(self, ids: Sequence[int]) -> dict[int, tuple]: ...
+
+    def added_ids_at(self, seqs: Sequence[int]) -> list[int]: ...
+
+    def archived_vectors(self, ids: Sequence[int]) -> dict[int, tuple[str | None, np.ndarray]]:
+        ...
+
+    def get_meta(self, key: str) -> str | None:
+        """The cache's manifest names the database by its `db_uuid`."""
+        ...
+
+
+class CompactionStore(Protocol):
+    """What compaction (`core/compaction.py`) reads and writes: rows by age and id, the
+    archive, and the meta keys that record how far it got."""
+
+    def rows_of(self, streams: Sequence[str], *, before_t: float | None = None,
+                after_id: int = 0, with_vectors: bool = False) -> list[Observation]: ...
+
+    def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,
+                kept_tags: tuple[int, Callable[[int], dict]] | None = None,
+                at: float | None = None) -> int: ...
+
+    def archived_count(self) -> int: ...
+
+    def newest_t(self, streams: Sequence[str]) -> float | None: ...
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...

@@ -28,9 +28,11 @@ import numpy as np
 
 from memory_node.core.store.base import (
     Candidates,
+    CompactionStore,
     KeyVectors,
     ObservationStore,
     VectorChange,
+    VectorFeed,
 )
 from memory_node.core.store.vector_files import DIR_NAME, VectorFiles, row_crcs
 from memory_node.core.types import Observation, Pose, RowFilter, view_covers
@@ -1106,3 +1108,8 @@ class SqliteObservationStore(ObservationStore):
                 except sqlite3.Error:
                     pass
             self.files.close()
+
+
+# Checked by mypy: this store is what the vector indexes and compaction are typed against.
+_IS_VECTOR_FEED: type[VectorFeed] = SqliteObservationStore
+_IS_COMPACTION_STORE: type[CompactionStore] = SqliteObservationStore
