@@ -252,8 +252,7 @@ def test_one_sigint_stops_memory_node_on_time_after_a_4x_replay(sample, ros_proc
     took = time.monotonic() - t0
     print(f"memory-node stopped {took:.2f} s after SIGINT")
     assert replay.returncode == 0, replay.stdout
-    proc._reader.join(2)
-    out = proc.output
+    out = proc.read_to_end()
     assert code == 0, out
     assert "Traceback" not in out and "rosout" not in out, out
     counters = final_counters(out)
