@@ -216,13 +216,17 @@ def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(
     (the first pass's TF and odometry are gone). It is dropped and counted; the second pass
     records with its own poses."""
     recorder = recorder_on_wall  # the wait clock stands still: the wait cannot run out
-    clock = recorder.get_clock()
-    clock.set_ros_time_override(Time(seconds=829.6))
+
+    def clock_at(seconds: float) -> None:
+        """/clock as both nodes hear it: the recorder and its TF listener."""
+        for node in (recorder.poses.node, recorder):
+            node.get_clock().set_ros_time_override(Time(seconds=seconds))
+    clock_at(829.6)
     recorder.poses.on_tf(_tf("map", "base_link", 5.0, 829.0))
     recorder.poses.on_tf(_tf("map", "base_link", 5.5, 829.5))
     recorder._on_odom(_odom(0.0, 829.9))  # its TF has not come yet: the gate waits for it
     wait_until(lambda: _gate_took_all(recorder), "the gate to take the message")
-    clock.set_ros_time_override(Time(seconds=800.0))  # the bag starts over
+    clock_at(800.0)  # the bag starts over
     recorder.poses.on_tf(_tf("map", "base_link", 1.0, 800.0))
     recorder.poses.on_tf(_tf("map", "base_link", 1.2, 800.2))
     recorder._on_odom(_odom(0.0, 829.95))  # first pass, delivered after the jump
