@@ -98,6 +98,11 @@ class Process:
     def poll(self) -> int | None:
         return self.popen.poll()
 
+    def read_to_end(self, timeout: float = 10.0) -> str:
+        """Once the process has exited: wait until its whole output is read, and return it."""
+        self._reader.join(timeout)
+        return self.output
+
 
 def spawn(
     args: Sequence[str],
@@ -147,5 +152,5 @@ def stop(proc: Process, timeout: float = 10.0) -> int:
         except ProcessLookupError:
             pass
         popen.wait(5)
-    proc._reader.join(2)
+    proc.read_to_end(2)
     return popen.returncode

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rclpy.node import Node
@@ -89,16 +91,23 @@ class PoseTracker(PoseHistory):
     bytes (`tf_wire`, a raw subscription), and joint transforms below the base frame are
     dropped before they cost anything. Always the package's own TF buffer — the one TF path,
     tested here and used on robots alike.
+
+    `clock` (default the node clock) and `wall` (default monotonic time, which bounds the
+    recorder's waits for late TF) are injectable, so ages and waits are tested by setting a
+    clock instead of sleeping.
     """
 
     def __init__(self, node: Node, world_frame: str, base_frame: str,
                  odom_topic: str | None, tolerance_s: float = 0.5, callback_group: Any = None,
                  cache_s: float = 10.0, max_gap_s: float | None = None,
-                 max_pose_age_s: float = 0.5, keep_frames: tuple[str, ...] = ()):
+                 max_pose_age_s: float = 0.5, keep_frames: tuple[str, ...] = (), *,
+                 clock: Callable[[], float] | None = None,
+                 wall: Callable[[], float] = time.monotonic):
         from nav_msgs.msg import Odometry
         from tf2_msgs.msg import TFMessage
 
-        super().__init__(world_frame, base_frame, tolerance_s, clock=lambda: node_now(node),
+        super().__init__(world_frame, base_frame, tolerance_s,
+                         clock=clock or (lambda: node_now(node)), wall=wall,
                          cache_s=cache_s, max_gap_s=max_gap_s, max_pose_age_s=max_pose_age_s,
                          keep_frames=keep_frames, logger=node.get_logger())
         self.node = node

@@ -6,8 +6,8 @@ and one SIGINT stops `memory-node` on time after a heavy replay.
   publisher). The robot stands at A, moves in 1 s to the known pose B = ROBOT_POSE and stands
   there: a note saved 1.5 s after it arrived has B's pose within POSE_TOL_M (a listener that
   lags by more than ~1 s would give A's, metres away), a pose age below the 0.5 s default
-  bound and no stale flag. Then TF stops: after 1 s a save says `stale: true` with the age,
-  and a `near_here` search answers `unavailable`.
+  bound and no stale flag. Then TF stops: once the pose is older than that bound a
+  `near_here` search answers `unavailable`, and a save says `stale: true` with the age.
 - Replay: the sample flat (seeded, ground truth) from 100 s on at 2x into
   `memory-node --use-sim-time`; notes are saved while it plays, each 1.5 s of bag time into
   every stop of 3 s or more (the pose must be the stop's within POSE_TOL_M) and between stops
@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import rclpy
 from ros_helpers import spawn, stop
+from waiting import wait_until
 
 from bench.tf_load import MAP_ODOM, ROBOT_POSE, RobotPublisher, final_counters
 from memory_node.agent.ros_client import RosClient
@@ -104,15 +105,20 @@ def test_flooded_tf_gives_exact_fresh_poses_then_stale(ros, ros_process, tmp_pat
     assert near["ok"], near
     assert [r["id"] for r in near["results"]] == [fresh["id"]], near
 
-    time.sleep(1.0)  # past max_pose_age_s with no TF at all
-    stale = _call(caller, "save", "TF stopped a second ago")
+    # TF has stopped: the pose ages past max_pose_age_s, and "near here" is refused from then.
+    def near_here_refused() -> dict | None:
+        answer = _call(caller, "search", json.dumps({"near_here": True, "radius": 1.0}))
+        return None if answer["ok"] else answer
+    refused = wait_until(near_here_refused, "near_here refused once TF stopped", timeout=20,
+                         interval=0.1)
+    assert refused["error"]["code"] == "unavailable", refused
+    assert "older than max_pose_age_s" in refused["error"]["message"], refused
+    stale = _call(caller, "save", "TF stopped")
     assert stale["ok"], stale
     assert stale["pose"]["stale"] is True and stale["pose"]["age_s"] > MAX_AGE_S, stale
     # Still the last pose TF gave, labelled as stale, never a silent one.
     assert math.hypot(stale["pose"]["x"] - ROBOT_POSE[0],
                       stale["pose"]["y"] - ROBOT_POSE[1]) < POSE_TOL_M, stale
-    refused = _call(caller, "search", json.dumps({"near_here": True, "radius": 1.0}))
-    assert refused["ok"] is False and refused["error"]["code"] == "unavailable", refused
 
     # The listener read every /tf message once, and dropped the joints before decoding them.
     os.kill(proc.pid, signal.SIGINT)
@@ -240,8 +246,7 @@ def test_one_sigint_stops_memory_node_on_time_after_a_4x_replay(sample, ros_proc
     took = time.monotonic() - t0
     print(f"memory-node stopped {took:.2f} s after SIGINT")
     assert replay.returncode == 0, replay.stdout
-    proc._reader.join(2)
-    out = proc.output
+    out = proc.read_to_end()
     assert code == 0, out
     assert "Traceback" not in out and "rosout" not in out, out
     counters = final_counters(out)

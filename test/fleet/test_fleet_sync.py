@@ -13,7 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +118,15 @@ def assert_same(db: Path, url: str, robot: str) -> None:
     bad = [i for i in local if local[i] != fleet[i]]
     assert not bad, (bad[:3], [local[i] for i in bad[:1]], [fleet[i] for i in bad[:1]])
     assert fleet_places(url, robot) == local_places(db.parent)
+
+
+def same(db: Path, url: str, robot: str) -> bool:
+    """Whether assert_same holds now (for waiting until it does)."""
+    try:
+        assert_same(db, url, robot)
+    except AssertionError:
+        return False
+    return True
 
 
 def name_places(mem: Path, clock: FakeClock, *places: dict) -> None:
@@ -236,24 +245,36 @@ def test_server_stopped_mid_sync_then_restarted_loses_and_duplicates_nothing(
     proc = subprocess.Popen(sync_cmd(mem, "r3", "--batch-size", "100", "--interval", "0.1"),
                             env=sync_env(fleet_url, **{PAUSE_ENV: "0.05"}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []  # its output so far, read as it comes
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         wait_until(lambda: fleet_count(fleet_url, "r3") >= 300, "the first batches", 60)
         pg.stop()  # mid-sync: batches are in flight
         _bulk(eng, 500, start=1500)  # the robot keeps recording with the fleet away
         assert json.loads(eng.save(json.dumps({"place": "charger", "x": 1, "y": 2})))["ok"]
-        time.sleep(1.5)  # a few failed retries
+        # The loss noticed: the sync backs off and retries while the robot keeps recording.
+        wait_until(lambda: any("retrying in" in line for line in lines), "a failed push", 60)
         pg.start()
         _bulk(eng, 200, start=2000)
         wait_until(lambda: fleet_count(fleet_url, "r3") == 2200, "every row", 90)
         wait_until(lambda: "charger" in fleet_places(fleet_url, "r3"), "the place", 30)
-        time.sleep(0.5)
-        assert_same(mem / "memory.db", fleet_url, "r3")
+        wait_until(lambda: same(mem / "memory.db", fleet_url, "r3"), "the fleet to hold "
+                   "exactly the robot's rows and places", 30)
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
         eng.close()
+    out = "".join(lines)
     assert proc.returncode == 0, out
     assert "retrying in" in out  # the loss was noticed and retried
+    assert "fleet store reachable again" in out, out  # ... and the sync recovered
 
 
 def _idle_in_transaction(url: str) -> bool:
@@ -270,10 +291,13 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(tmp_path, fleet_url):
     eng.close()
     name_places(mem, FakeClock(), {"place": "kitchen", "x": 1, "y": 2})
     env = sync_env(fleet_url, **{PAUSE_ENV: "0.4"})
-    for killed_after in (0.0, 1.0):  # inside the first batch; inside a later one
+    for later in (False, True):  # inside the first batch; inside a later one
+        committed = fleet_count(fleet_url, "r4")
         proc = subprocess.Popen(sync_cmd(mem, "r4", "--once", "--batch-size", "100"),
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(killed_after)
+        if later:  # once a batch of this run has committed, the open one is a later one
+            wait_until(lambda n=committed: fleet_count(fleet_url, "r4") > n,
+                       "a committed batch", 60)
         wait_until(lambda: _idle_in_transaction(fleet_url), "a batch's open transaction", 60)
         before = fleet_count(fleet_url, "r4")
         proc.send_signal(signal.SIGKILL)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import rclpy
 from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
 
+from memory_node.core.recorder import ManualClock
 from memory_node.ros.common import PoseTracker
 from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
+
+# The tracker's clock in these tests: set by each test, so ages are exact and nothing sleeps.
+T_NOW = 1_764_460_900.0
 
 
 @pytest.fixture
@@ -19,7 +22,9 @@ def tracker():
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = rclpy.create_node("test_pose_tracker", context=ctx)
-    yield PoseTracker(node, "map", "base_link", None, tolerance_s=0.5, max_gap_s=1.0)
+    clock = ManualClock(T_NOW)
+    yield PoseTracker(node, "map", "base_link", None, tolerance_s=0.5, max_gap_s=1.0,
+                      clock=clock, wall=clock)
     node.destroy_node()
     rclpy.shutdown(context=ctx)
 
@@ -107,7 +112,7 @@ def _joints(t, n=20):
 
 
 def test_current_pose_is_fresh_and_joint_edges_cost_nothing(tracker):
-    now = tracker.node.get_clock().now().nanoseconds * 1e-9
+    now = tracker.clock()
     for i in range(50):
         t = now - 0.5 + 0.01 * i
         tracker.on_tf(_tf_bytes(("map", "odom", 1.0, t), ("odom", "base_link", 2.2, t),
@@ -124,28 +129,29 @@ def test_current_pose_is_fresh_and_joint_edges_cost_nothing(tracker):
 
 
 def test_pose_goes_stale_when_tf_stops(tracker):
-    now = tracker.node.get_clock().now().nanoseconds * 1e-9
+    now = tracker.clock()
     tracker.on_tf(_tf_bytes(("map", "base_link", 1.0, now)))
+    tracker.clock.set(now + 0.4)  # within max_pose_age_s (0.5)
     assert not tracker.current_pose().stale
-    time.sleep(0.7)  # longer than max_pose_age_s (0.5)
+    tracker.clock.set(now + 0.7)  # past it, no TF since
     pose = tracker.current_pose()
-    assert pose.stale and pose.age_s > 0.5
+    assert pose.stale and pose.age_s == pytest.approx(0.7)
     assert pose.to_dict()["stale"] is True
 
 
 def test_a_listener_that_falls_behind_reports_the_lag(tracker):
     """Stamps that arrive ever later than sent (a backlog) show as age; a constant offset (a
     publisher whose clock differs from ours) does not make every pose stale."""
-    now = tracker.node.get_clock().now().nanoseconds * 1e-9
+    now = tracker.clock()
     skew = 100.0  # the publisher's clock runs 100 s behind ours
     tracker.on_tf(_tf_bytes(("map", "base_link", 1.0, now - skew)))
-    assert tracker.current_pose().age_s < 0.1  # skew alone is not age
-    time.sleep(1.0)
+    assert tracker.current_pose().age_s == pytest.approx(0.0, abs=1e-6)  # skew alone is not age
+    tracker.clock.set(now + 1.0)
     # the next sample was sent 50 ms after the first but reaches us a second later: a backlog
     tracker.on_tf(_tf_bytes(("map", "base_link", 1.2, now - skew + 0.05)))
     pose = tracker.current_pose()
     assert pose.x == pytest.approx(1.2)
-    assert pose.stale and pose.age_s == pytest.approx(0.95, abs=0.1)
+    assert pose.stale and pose.age_s == pytest.approx(0.95)
 
 
 def test_malformed_tf_bytes_are_counted_not_raised(tracker):

@@ -1,11 +1,15 @@
 """Which pose the recorder stores when TF is missing, or when the clock jumps back: never a
 place in another frame or from another timeline. The recorder runs in process, fed through its
-own callbacks, so each case is exact rather than a matter of message timing."""
+own callbacks, so each case is exact rather than a matter of message timing; where a case
+depends on how long TF has been waited for, the recorder's wait clock is a test-set one."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import rclpy
@@ -14,28 +18,73 @@ from nav_msgs.msg import Odometry
 from rclpy.serialization import serialize_message
 from rclpy.time import Time
 from tf2_msgs.msg import TFMessage
+from waiting import wait_until
 
+from memory_node.core.recorder import ManualClock
+from memory_node.ros.common import TF_LISTENER_NODE, pose_tracker_from_params
 from memory_node.ros.geometry import seconds_to_stamp
 from memory_node.ros.recorder import MemoryRecorder
 
 TF_WAIT_S = 1.0
 
 
-@pytest.fixture
-def recorder(tmp_path, request):
+@contextmanager
+def _running_recorder(root: Path, params: list[str],
+                      wall: ManualClock | None = None) -> Iterator[MemoryRecorder]:
+    """A recorder on its own context. With `wall`, its TF listener is a separate node (as in
+    memory-node) whose wait clock is `wall`: waits for TF end only when the test moves it."""
     from engine_support import make_engine  # noqa: PLC0415 - test helper
 
-    engine = make_engine(tmp_path / "mem")
+    engine = make_engine(root)
     ctx = rclpy.Context()
-    params = getattr(request, "param", [])
     rclpy.init(args=["--ros-args", "-p", f"tf_wait_s:={TF_WAIT_S}", "-p", "min_distance:=0.01",
                      *params], context=ctx)
-    rec = MemoryRecorder(engine=engine, context=ctx)
-    yield rec
-    rec.close()
-    rec.destroy_node()
-    rclpy.shutdown(context=ctx)
-    engine.close()
+    listener = None
+    poses = None
+    if wall is not None:
+        listener = rclpy.create_node(TF_LISTENER_NODE, context=ctx)
+        poses = pose_tracker_from_params(listener, odom_topic=None, wall=wall)
+    rec = MemoryRecorder(engine=engine, context=ctx, poses=poses)
+    try:
+        yield rec
+    finally:
+        rec.close()
+        rec.destroy_node()
+        if listener is not None:
+            listener.destroy_node()
+        rclpy.shutdown(context=ctx)
+        engine.close()
+
+
+@pytest.fixture
+def recorder(tmp_path, request):
+    with _running_recorder(tmp_path / "mem", getattr(request, "param", [])) as rec:
+        yield rec
+
+
+@pytest.fixture
+def wall():
+    """The recorder's wait clock (monotonic seconds), moved by the test."""
+    return ManualClock(time.monotonic())
+
+
+@pytest.fixture
+def recorder_on_wall(tmp_path, request, wall):
+    """A recorder whose waits for TF run on `wall`."""
+    with _running_recorder(tmp_path / "mem", getattr(request, "param", []), wall) as rec:
+        yield rec
+
+
+def _gate_took_all(rec: MemoryRecorder) -> bool:
+    """Whether the gate thread has taken every message received so far (it is deciding or
+    waiting on the last one)."""
+    return rec.stats()["pending"] == 0
+
+
+def _all_gated(rec: MemoryRecorder, stream: str) -> bool:
+    """Whether the gate has decided every message of `stream` received so far (none held)."""
+    c = rec.counters[stream]
+    return _gate_took_all(rec) and c.received == c.kept + c.skipped + c.dropped + c.failed
 
 
 def _odom(x: float, t: float) -> Odometry:
@@ -65,14 +114,17 @@ def _odom_rows(rec: MemoryRecorder) -> list[dict]:
     return answer["results"]
 
 
-def test_first_message_waits_for_its_tf_however_late_the_robot_starts(recorder):
+def test_first_message_waits_for_its_tf_however_late_the_robot_starts(recorder_on_wall,
+                                                                        wall):
     """A replay (or a robot) that starts long after the recorder: its first odometry arrives a
     moment before its first TF. The message waits and gets its map pose, not its odometry-frame
     one, which a map-frame "near" query would take for a place the robot has never been."""
-    time.sleep(5.5)  # well after the recorder came up
+    recorder = recorder_on_wall
+    wall.set(wall() + 100 * TF_WAIT_S)  # well after the recorder came up
     t0 = time.time()
     recorder._on_odom(_odom(0.0, t0))
-    time.sleep(0.2)
+    # The gate holds it for its TF (the wait clock stands still: the wait cannot run out).
+    wait_until(lambda: _gate_took_all(recorder), "the gate to take the message")
     recorder.poses.on_tf(_tf("map", "base_link", 4.0, t0))
     [row] = _odom_rows(recorder)
     assert (row["pose"]["frame"], row["pose"]["source"], row["pose"]["x"]) == ("map", "tf", 4.0)
@@ -107,16 +159,20 @@ def test_no_wait_for_tf_that_cannot_come(recorder):
     assert [(r["pose"]["source"], r["pose"]["x"]) for r in rows] == [("tf", 1.0), ("odom", 0.0)]
 
 
-def test_tf_without_the_map_does_not_hold_each_message(recorder):
+def test_tf_without_the_map_does_not_hold_each_message(recorder_on_wall, wall):
     """A robot with odometry and odom -> base_link on /tf but no map (no SLAM running): TF keeps
     coming, yet never links map and base_link. Messages stop waiting for it after one
     `tf_wait_s` and take the odometry fallback, instead of each waiting in turn."""
-    t0 = time.time()
-    for i in range(13):  # 2.5 tf_wait_s of TF and odometry at 5 Hz
+    recorder = recorder_on_wall
+    t0, w0 = time.time(), wall()
+    for i in range(13):  # 2.5 tf_wait_s of TF and odometry at 5 Hz (of the wait clock)
         t = t0 + 0.2 * i
+        wall.set(w0 + 0.2 * i)
         recorder.poses.on_tf(_tf("odom", "base_link", 0.5 * i, t))
         recorder._on_odom(_odom(0.5 * i, t))
-        time.sleep(0.2)
+        if wall() - w0 > TF_WAIT_S + 0.1:  # TF has flowed past tf_wait_s: no message waits
+            wait_until(lambda: _all_gated(recorder, "odom"),
+                       f"odometry message {i} gated without a wait for TF", timeout=10)
     rows = _odom_rows(recorder)
     assert len(rows) == 13
     assert all((r["pose"]["frame"], r["pose"]["source"]) == ("odom", "odom") for r in rows)
@@ -152,19 +208,25 @@ def test_unstamped_messages_are_stamped_on_arrival(recorder):
     assert row["pose"]["x"] == pytest.approx(1.4 + (row["t"] - t0), abs=1e-3)
 
 
-@pytest.mark.parametrize("recorder", [["-p", "use_sim_time:=true"]], indirect=True)
-def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(recorder):
+@pytest.mark.parametrize("recorder_on_wall", [["-p", "use_sim_time:=true"]], indirect=True)
+def test_messages_from_before_a_time_jump_are_not_given_the_new_timeline_poses(
+        recorder_on_wall):
     """A bag that loops: a message of the first pass, whether still waiting for its TF when the
     clock jumps back or delivered just after the jump, must not take a pose from the second pass
     (the first pass's TF and odometry are gone). It is dropped and counted; the second pass
     records with its own poses."""
-    clock = recorder.get_clock()
-    clock.set_ros_time_override(Time(seconds=829.6))
+    recorder = recorder_on_wall  # the wait clock stands still: the wait cannot run out
+
+    def clock_at(seconds: float) -> None:
+        """/clock as both nodes hear it: the recorder and its TF listener."""
+        for node in (recorder.poses.node, recorder):
+            node.get_clock().set_ros_time_override(Time(seconds=seconds))
+    clock_at(829.6)
     recorder.poses.on_tf(_tf("map", "base_link", 5.0, 829.0))
     recorder.poses.on_tf(_tf("map", "base_link", 5.5, 829.5))
     recorder._on_odom(_odom(0.0, 829.9))  # its TF has not come yet: the gate waits for it
-    time.sleep(0.2)
-    clock.set_ros_time_override(Time(seconds=800.0))  # the bag starts over
+    wait_until(lambda: _gate_took_all(recorder), "the gate to take the message")
+    clock_at(800.0)  # the bag starts over
     recorder.poses.on_tf(_tf("map", "base_link", 1.0, 800.0))
     recorder.poses.on_tf(_tf("map", "base_link", 1.2, 800.2))
     recorder._on_odom(_odom(0.0, 829.95))  # first pass, delivered after the jump
@@ -246,12 +308,11 @@ def test_a_lidar_clock_an_hour_off_without_tf_is_posed_by_odometry_at_arrival(re
 
     t0 = time.time()
     for i in range(12):
-        t = t0 + 0.05 * i
+        t = time.time()  # odometry stamped on arrival
         recorder._on_odom(_odom(0.1 * i, t))
         if i % 3 == 2:
             recorder._on_sensor("lidar", make_cloud(np.array([[1.0, 0.0, 0.2]]),
                                                     "utlidar_lidar", t - 3600.0))
-        time.sleep(0.05)
     rows = _lidar_rows(recorder)
     assert len(rows) == 4 and recorder.counters["lidar"].no_pose == 0
     assert all(r["pose"]["frame"] == "odom" and r["pose"]["source"].startswith("odom")

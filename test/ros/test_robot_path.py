@@ -60,7 +60,7 @@ def test_invalid_values_stop_the_node_before_any_service(ros_process, tmp_path, 
     config = params_file(tmp_path, **{section: line})
     proc = ros_process(node_cmd(tmp_path, config))
     assert proc.popen.wait(120) == 2, proc.output
-    time.sleep(0.2)
+    proc.read_to_end()
     errors = [ln for ln in proc.output.splitlines() if ln.startswith("memory-node: parameter")]
     assert len(errors) == 1, proc.output
     assert name in errors[0] and expected in errors[0], errors[0]
@@ -140,8 +140,7 @@ def test_one_sigint_stops_within_five_seconds_without_noise(ros, ros_process, tm
     assert proc.popen.wait(10) == 0, proc.output
     took = time.monotonic() - start
     assert took < 5.0, f"stopped after {took:.1f} s"
-    time.sleep(0.2)  # the reader thread catches the last lines
-    out = proc.output
+    out = proc.read_to_end()
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
     assert "rosout" not in out and "context is invalid" not in out, out
     assert "recorder stopped:" in out and "memory closed" in out, out
