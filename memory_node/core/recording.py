@@ -197,12 +197,13 @@ class PoseResolver:
         """One look, never waiting: (decided, pose, whether the wait ran out). Undecided
         while a transform for the stamp may still come within `wait_s` of `arrived` — an
         offline importer, whose clock is the bag's, asks again after feeding more TF."""
-        if not cancelled() and self._tf_on_a_left_timeline(stamp):
+        node_now = None if cancelled() else self._node_time_if_tf_left_behind(stamp)
+        if node_now is not None:
             if self.clock() < arrived + self.wait_s:
                 return False, None, False
             # TF stays ahead of the node clock: skewed clocks, not a jump. No more such waits
             # until the node clock jumps back below this point.
-            self._left_timeline_wait_out = self.node_clock() if self.node_clock else None
+            self._left_timeline_wait_out = node_now
         pose, may_come = self.source.tf_pose_exact(stamp)
         if pose is not None:
             return True, pose, False  # the common case: one lookup
@@ -219,17 +220,18 @@ class PoseResolver:
             return True, self.source.pose_at(stamp), True
         return True, self.source.pose_at(stamp), False
 
-    def _tf_on_a_left_timeline(self, stamp: float) -> bool:
-        """Whether TF still holds a timeline the node clock jumped back from (see the class
-        docstring). The node clock is read only when TF is far ahead of the stamp."""
+    def _node_time_if_tf_left_behind(self, stamp: float) -> float | None:
+        """The node clock when TF still holds a timeline that clock jumped back from (see
+        the class docstring), else None. The node clock is read only when TF is far ahead of
+        the stamp."""
         latest = self.source.latest_tf_stamp
         if self.node_clock is None or latest is None or latest <= stamp + self.jump_threshold_s:
-            return False
+            return None
         now = self.node_clock()
         given_up = self._left_timeline_wait_out
         if given_up is not None and now >= given_up - self.jump_threshold_s:
-            return False
-        return latest > now + self.jump_threshold_s
+            return None
+        return now if latest > now + self.jump_threshold_s else None
 
     def _odom_expected(self, stamp: float) -> bool:
         """Whether odometry covering the stamp may still come: the pose will be odometry's
