@@ -103,14 +103,20 @@ def convert(name: str, value: Any, default: Any) -> Any:
     return out
 
 
-def unknown_names(given: set[str] | list[str]) -> list[str]:
-    """The given keys no node of the package knows (qos_overrides aside), each with the
-    nearest known name when there is one: "lidar_topik (did you mean lidar_topic?)"."""
+def unknown_with_nearest(given: set[str] | list[str]) -> list[tuple[str, str | None]]:
+    """The given keys no node of the package knows (qos_overrides aside), sorted, each with
+    the nearest known name (None when nothing is near)."""
     known = known_names()
-    out = []
+    out: list[tuple[str, str | None]] = []
     for key in sorted(set(given) - known):
         if key.startswith("qos_overrides."):
             continue
         near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-        out.append(f"{key} (did you mean {near[0]}?)" if near else key)
+        out.append((key, near[0] if near else None))
     return out
+
+
+def unknown_names(given: set[str] | list[str]) -> list[str]:
+    """`unknown_with_nearest` as lines: "lidar_topik (did you mean lidar_topic?)"."""
+    return [f"{key} (did you mean {near}?)" if near else key
+            for key, near in unknown_with_nearest(given)]

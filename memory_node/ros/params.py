@@ -8,7 +8,6 @@ declares (`lidar_topik`) are warned about with the nearest known name.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
@@ -26,6 +25,7 @@ from memory_node.core.parameters import (  # noqa: F401 - the nodes' names for t
     engine_param_table,
     known_names,
     names_by_node,
+    unknown_with_nearest,
 )
 
 
@@ -51,13 +51,11 @@ def warn_unknown(node: Node) -> list[str]:
     # rclpy keeps what --params-file and -p gave a node in _parameter_overrides (every
     # distro since Foxy); nothing public lists them.
     given = set(getattr(node, "_parameter_overrides", {}) or {})
-    known = known_names()
-    unknown = sorted(k for k in given - known if not k.startswith("qos_overrides."))
-    for key in unknown:
+    unknown = unknown_with_nearest(given)
+    for key, near in unknown:
         if key in _warned:
             continue
         _warned.add(key)
-        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-        hint = f"; did you mean {near[0]}?" if near else ""
+        hint = f"; did you mean {near}?" if near else ""
         node.get_logger().warning(f"unknown parameter {key} (ignored){hint}")
-    return unknown
+    return [key for key, _ in unknown]
