@@ -86,6 +86,8 @@ class SearchPlan:
     seen_near: bool = False
     include_archived: bool = False
     visits: bool = False
+    robots: tuple[str, ...] | None = None  # a fleet store's: these robots' rows (None: all)
+    map_id: str | None = None  # a fleet store's: the map `near` is on
 
     @property
     def filter(self) -> RowFilter:
@@ -93,7 +95,8 @@ class SearchPlan:
         return RowFilter(streams=self.streams, near=self.near, radius=self.radius,
                          t_min=self.t_min, t_max=self.t_max, tags=self.tags,
                          seen_near=self.seen_near and self.near is not None,
-                         include_archived=self.include_archived)
+                         include_archived=self.include_archived, robots=self.robots,
+                         map_id=self.map_id if self.near is not None else None)
 
     @property
     def has_filters(self) -> bool:

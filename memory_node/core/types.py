@@ -84,7 +84,10 @@ class Observation:
 class RowFilter:
     """What a store filters rows by: the part of a search every store implements the same way.
 
-    Times are absolute seconds; `near` is a centre (x, y) in the world frame with `radius`."""
+    Times are absolute seconds; `near` is a centre (x, y) in the world frame with `radius`.
+    `robots` and `map_id` are a fleet store's: the rows of these robots (None: all), and the
+    map `near` is on (a place means nothing on another map; without `near` it filters
+    nothing). A robot's own store holds one robot on one map and leaves both None."""
 
     streams: tuple[str, ...] | None = None
     near: tuple[float, float] | None = None
@@ -96,12 +99,14 @@ class RowFilter:
     seen_near: bool = False
     # rows that compaction moved to the archive pass the filters too.
     include_archived: bool = False
+    robots: tuple[str, ...] | None = None
+    map_id: str | None = None
 
     @property
     def has_filters(self) -> bool:
         """True when anything beyond the stream restricts the rows."""
         return bool(self.near is not None or self.t_min is not None or self.t_max is not None
-                    or self.tags)
+                    or self.tags or self.robots)
 
     @property
     def empty_window(self) -> bool:

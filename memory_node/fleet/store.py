@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from memory_node.core.places import Place
 from memory_node.core.query import SearchRequest
-from memory_node.core.types import Observation, Pose
+from memory_node.core.types import Observation, Pose, RowFilter
 from memory_node.fleet.credentials import redact, scrub
 
 log = logging.getLogger("memory_node.fleet")
@@ -502,37 +502,40 @@ class FleetStore:
         return FleetHit(obs, robot, map_id, score, archived_at is not None, local_id, store_id)
 
     @staticmethod
-    def where(req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
-              include_archived: bool = False) -> tuple[list[str], list[Any]]:
-        """SQL conditions (on alias o) and their parameters for every filter of `req`."""
+    def where(filt: RowFilter) -> tuple[list[str], list[Any]]:
+        """SQL conditions (on alias o) and their parameters: `filt` compiled for PostgreSQL
+        (RowFilter.matches is the reference it is checked against)."""
+        req = filt
         conds: list[str] = []
         params: list[Any] = []
-        if not include_archived:
+        if not filt.include_archived:
             conds.append("o.archived_at IS NULL")
-        if robots:
+        if filt.robots:
             conds.append("o.robot_id = ANY(%s)")
-            params.append(list(robots))
+            params.append(list(filt.robots))
         if req.streams:
             conds.append("o.stream = ANY(%s)")
             params.append(list(req.streams))
         if req.near is not None:
             nx, ny = req.near
             r = float(req.radius)
+            on_map = "o.map_id = %s AND " if filt.map_id is not None else ""
+            map_param = [filt.map_id] if filt.map_id is not None else []
             # The GiST index finds the circle (PostgreSQL's geometry allows 1e-6 slack); the
             # squared distance then decides exactly as the local store does.
             stand = ("(o.x IS NOT NULL AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
                      " AND ((o.x - %s) * (o.x - %s) + (o.y - %s) * (o.y - %s)) <= %s)")
             sparams = [nx, ny, r, nx, nx, ny, ny, r * r]
-            if getattr(req, "seen_near", False):
+            if req.seen_near:
                 # ... or a camera view that covers the disc: its box meets the disc's, then
                 # the sector test of the robot's store.
-                conds.append(f"o.map_id = %s AND ({stand} OR (o.view_box && box(point(%s, %s),"
+                conds.append(f"{on_map}({stand} OR (o.view_box && box(point(%s, %s),"
                              " point(%s, %s)) AND memory_view_covers(o.view_x, o.view_y,"
                              " o.view_yaw, o.view_hfov, o.view_range, %s, %s, %s)))")
-                params += [map_id, *sparams, nx - r, ny - r, nx + r, ny + r, nx, ny, r]
+                params += [*map_param, *sparams, nx - r, ny - r, nx + r, ny + r, nx, ny, r]
             else:
-                conds.append(f"o.map_id = %s AND {stand}")
-                params += [map_id, *sparams]
+                conds.append(f"{on_map}{stand}")
+                params += [*map_param, *sparams]
         _time_window(conds, params, "o.t", req.t_min, req.t_max)
         from psycopg.types.json import Jsonb
 
@@ -572,7 +575,7 @@ class FleetStore:
                 exclude_models: Iterable[str] = ()) -> list[FleetHit]:
         """Rows passing the filters, ordered by req.order_by (time or a numeric tag);
         `exclude_models`: leave out rows that have a vector of one of these models."""
-        conds, params = self.where(req, robots, map_id, include_archived)
+        conds, params = self.where(_filter_of(req, robots, map_id, include_archived))
         excl = list(exclude_models)
         if excl:
             conds.append("(o.model_id IS NULL OR o.model_id <> ALL(%s))")
@@ -588,7 +591,7 @@ class FleetStore:
                 use_hnsw: bool = False) -> list[FleetHit]:
         """The k rows of one model with the highest inner product with qvec among the rows
         passing every filter: exact (a scan of the filtered rows) unless use_hnsw."""
-        conds, params = self.where(req, robots, map_id, include_archived)
+        conds, params = self.where(_filter_of(req, robots, map_id, include_archived))
         conds.append("o.model_id = %s")
         params.append(model_id)
         q = np.asarray(qvec, np.float32)
@@ -623,7 +626,7 @@ class FleetStore:
                             include_archived: bool = False) -> list[FleetHit]:
         """Ordered by time or a tag, each row reporting its similarity (None without a
         vector of a queried model); with min_score, rows below it (or unscored) drop out."""
-        conds, params = self.where(req, robots, map_id, include_archived)
+        conds, params = self.where(_filter_of(req, robots, map_id, include_archived))
         cases, cparams = [], []
         for m, q in qvecs.items():
             cases.append("WHEN o.model_id = %s THEN -(o.emb <#> %s)")
@@ -642,6 +645,13 @@ class FleetStore:
         args += oparams_all + [int(limit)]
         rows = self.run(lambda c: c.execute(sql, args).fetchall())
         return [self._hit(r, None if r[_SCORE] is None else float(r[_SCORE])) for r in rows]
+
+
+def _filter_of(req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
+               include_archived: bool) -> RowFilter:
+    return replace(req.filter, robots=tuple(robots) if robots else None,
+                   map_id=map_id if req.near is not None else None,
+                   include_archived=include_archived)
 
 
 def _time_window(conds: list[str], params: list[Any], column: str, t_min: float | None,
