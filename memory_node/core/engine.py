@@ -34,15 +34,15 @@ from memory_node.core.contract import (
     VisitsAnswer,
     pose_out,
     read_answer,
-    result_item,
     unknown_name,
 )
 from memory_node.core.errors import BadRequest, ContractError, InternalError, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
+from memory_node.core.local_backend import LocalBackend
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
 from memory_node.core.places import PLACES_STREAM, Places, place_entry
-from memory_node.core.planner import QueryPlanner
+from memory_node.core.planner import QueryPlanner, SearchBackend
 from memory_node.core.query import (
     SaveRequest,
     SearchPlan,
@@ -152,6 +152,7 @@ class MemoryEngine:
         self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
+        self.backend: SearchBackend[Any] | None = None  # what searches run over; None: closed
         self.notes: NotesLog | None = None
         self.places: Places | None = None
         if open_now:
@@ -174,6 +175,7 @@ class MemoryEngine:
         self._load_embedders()
         self.indexes = IndexManager(cfg, self.store)
         self.indexes.load_or_rebuild()
+        self.backend = LocalBackend(self.store, self.indexes)
         picked = self._ingest_note_files()
         indexed = self._index_missing_vectors()
         self._resume_captions()
@@ -236,6 +238,7 @@ class MemoryEngine:
         if self.store is not None:
             self.store.close()
         self.store = None
+        self.backend = None
         return persisted
 
     def __enter__(self) -> MemoryEngine:
@@ -360,7 +363,7 @@ class MemoryEngine:
         """Run one request: its typed answer with took_ms, or an ErrorAnswer; never raises."""
         t0 = time.perf_counter()
         try:
-            if self.store is None:
+            if self.backend is None:
                 raise Unavailable("the memory store is closed")
             out = fn()
         except ContractError as exc:
@@ -444,7 +447,7 @@ class MemoryEngine:
         """Configured streams and every stream with rows. Cached: a search only looks the
         database up again when it names a stream the cache does not know."""
         if self._streams_cache is None:
-            self._streams_cache = set(self.config.streams) | self.store.stream_names()
+            self._streams_cache = set(self.config.streams) | self.backend.stream_names()
         return self._streams_cache
 
     def has_stream(self, name: str) -> bool:
@@ -471,11 +474,7 @@ class MemoryEngine:
         plan = plan_search(query, now=self.clock, known_streams=_StreamNames(self),
                            k_default=cfg.k_default, k_max=cfg.k_max)
         if plan.tags or plan.order_by not in ("score", "time", "-time"):
-            # A store without a tag catalogue (the fleet store) leaves tag names unchecked.
-            catalogue_of = getattr(self.store, "tag_catalogue", None)
-            catalogue = catalogue_of() if catalogue_of is not None else None
-            if catalogue is not None:
-                check_tag_names(plan, catalogue, self.store.has_tag)
+            self.check_tags(plan)
         if plan.near_here:
             pose = self.pose_provider()
             if pose is None:
@@ -486,11 +485,21 @@ class MemoryEngine:
                                   "(older than max_pose_age_s): TF is not arriving or lags")
             plan.near = (pose.x, pose.y)
         if plan.place is not None:
-            place = self.place(plan.place)
-            plan.near = (place.x, place.y)
-            if not plan.radius_given:
-                plan.radius = place.radius
+            self.resolve_place(plan, plan.place)
         return plan
+
+    def check_tags(self, plan: SearchPlan) -> None:
+        """Refuse tag names no row has (with the nearest known names)."""
+        catalogue = self.store.tag_catalogue()
+        if catalogue is not None:
+            check_tag_names(plan, catalogue, self.store.has_tag)
+
+    def resolve_place(self, plan: SearchPlan, name: str) -> None:
+        """A named place becomes the plan's circle (its radius unless the query gave one)."""
+        place = self.place(name)
+        plan.near = (place.x, place.y)
+        if not plan.radius_given:
+            plan.radius = place.radius
 
     def place(self, name: str) -> Any:
         """The named place, or BadRequest naming the places there are."""
@@ -515,15 +524,15 @@ class MemoryEngine:
                              f"and are being re-embedded with {self.camera_model_id()} in the "
                              "background; until then their scores do not compare with the "
                              "others'")
-        results = [result_item(obs, score) for obs, score in pairs]
+        results = [self.backend.result(row, score) for row, score in pairs]
         if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
         return SearchAnswer(results=results, count=len(results), notes=notes or None)
 
-    def run_search(self, req: SearchPlan) -> tuple[list[tuple[Observation, float | None]],
-                                                  list[str]]:
-        """A resolved plan's rows and scores (the planner), and notes for the answer."""
-        return QueryPlanner(self.store, self.indexes, self.query_vector, self.sync).run(req)
+    def run_search(self, req: SearchPlan) -> tuple[list[tuple[Any, float | None]], list[str]]:
+        """A resolved plan's rows (the backend's: an Observation here) and scores, and notes
+        for the answer: the one planner over this engine's backend."""
+        return QueryPlanner(self.backend, self.query_vector).run(req)
 
     def run_visits(self, plan: SearchPlan) -> VisitsAnswer:
         """The robot's visits to the plan's circle within its time window, from the pose

@@ -219,6 +219,10 @@ def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
     plan.seen_near = bool(q.seen_near)
     plan.include_archived = bool(q.include_archived)
     plan.visits = bool(q.visits)
+    plan.robots = robot_ids(q.robot)
+    if q.map is not None and not q.map.strip():
+        raise BadRequest("'map' must be a map id (a non-empty string)")
+    plan.map_id = q.map.strip() if q.map is not None else None
     if q.after_seconds_ago is not None or q.before_seconds_ago is not None:
         plan.t_min, plan.t_max = q.time_window(now() if callable(now) else now)
     else:
@@ -234,6 +238,17 @@ def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
         plan.k, plan.k_capped = k_max, True
     plan.min_score = q.min_score
     return plan
+
+
+def robot_ids(robot: str | list[str] | None) -> tuple[str, ...] | None:
+    """A fleet query's `robot`: one id, a list, or "all" (also "*" or unset: None)."""
+    if robot is None or robot in ("all", "*"):
+        return None
+    names = [robot] if isinstance(robot, str) else robot
+    ids = tuple(dict.fromkeys(r.strip() for r in names))
+    if not ids or not all(ids):
+        raise BadRequest("'robot' must be a robot id, a list of ids, or \"all\"")
+    return ids
 
 
 def check_tag_names(plan: SearchPlan, catalogue: Mapping[str, Mapping[str, bool]],
