@@ -41,7 +41,7 @@ from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.local_backend import LocalBackend
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
-from memory_node.core.places import PLACES_STREAM, Places, place_entry
+from memory_node.core.places import PLACES_STREAM, Place, Places, place_entry
 from memory_node.core.planner import QueryPlanner, SearchBackend
 from memory_node.core.query import (
     SaveRequest,
@@ -171,19 +171,19 @@ class MemoryEngine:
             d.mkdir(parents=True, exist_ok=True)
         self.store = SqliteObservationStore(cfg.db_path)
         self.notes = NotesLog(cfg.notes_dir)
-        self.places = Places(self.notes)
+        self.places = Places(self._notes)
         self._load_embedders()
-        self.indexes = IndexManager(cfg, self.store)
-        self.indexes.load_or_rebuild()
-        self.backend = LocalBackend(self.store, self.indexes)
+        self.indexes = IndexManager(cfg, self._store)
+        self._indexes.load_or_rebuild()
+        self.backend = LocalBackend(self._store, self._indexes)
         picked = self._ingest_note_files()
         indexed = self._index_missing_vectors()
         self._resume_captions()
         self._start_reembed()
         log.info(
             "memory opened at %s: %d observations, %d vectors, %d notes picked up from "
-            "Markdown, %d rows indexed late, in %.2f s", cfg.root, self.store.count(),
-            self.indexes.total(), picked, indexed, time.perf_counter() - t0)
+            "Markdown, %d rows indexed late, in %.2f s", cfg.root, self._store.count(),
+            self._indexes.total(), picked, indexed, time.perf_counter() - t0)
 
     def _load_embedders(self) -> None:
         """The configured embedders, loaded now: a broken model must fail configure, not the
@@ -229,17 +229,44 @@ class MemoryEngine:
             self._reembedder = None
         if self.indexes is not None and self.store is not None:
             try:
-                persisted = self.indexes.persist()
+                persisted = self._indexes.persist()
             except Exception as exc:  # noqa: BLE001 - the index is a cache; log and go on
                 log.warning("index cache not written (%s: %s); the next start catches up "
                             "from memory.db", type(exc).__name__, exc)
         if self.indexes is not None:
-            self.indexes.close()
+            self._indexes.close()
         if self.store is not None:
-            self.store.close()
+            self._store.close()
         self.store = None
         self.backend = None
         return persisted
+
+    # What an open engine holds: each raises Unavailable once the engine is closed (a request
+    # that races close() answers "unavailable" instead of failing on None).
+    def _open(self, part: Any) -> Any:
+        if part is None:
+            raise Unavailable("the memory store is closed")
+        return part
+
+    @property
+    def _backend(self) -> SearchBackend[Any]:
+        return self._open(self.backend)
+
+    @property
+    def _store(self) -> SqliteObservationStore:
+        return self._open(self.store)
+
+    @property
+    def _indexes(self) -> IndexManager:
+        return self._open(self.indexes)
+
+    @property
+    def _notes(self) -> NotesLog:
+        return self._open(self.notes)
+
+    @property
+    def _places(self) -> Places:
+        return self._open(self.places)
 
     def __enter__(self) -> MemoryEngine:
         return self
@@ -275,7 +302,7 @@ class MemoryEngine:
 
                 describer = self.describer
                 self._captioner = Captioner(
-                    self.store, self.config.root, caption=describer.caption,
+                    self._store, self.config.root, caption=describer.caption,
                     embed_texts=self._embed_texts, text_model_id=lambda: self.text_model_id,
                     sync=self.sync, max_per_min=self.config.caption_max_per_min,
                     **self._captioner_options)
@@ -287,7 +314,7 @@ class MemoryEngine:
         the store's caption lock and the endpoint is configured)."""
         if self.config.describer != "vlm" and not hasattr(self._describer, "caption"):
             return
-        if not self.store.tagged("camera", "caption", "pending", 0, limit=1):
+        if not self._store.tagged("camera", "caption", "pending", 0, limit=1):
             return
         try:
             captioner = self.captioner()
@@ -309,7 +336,7 @@ class MemoryEngine:
         embedder changed) get the new model's vectors in the background."""
         from memory_node.core.reembed import Reembedder
 
-        job = Reembedder(self.store, self.config.root, target=self.camera_model_id,
+        job = Reembedder(self._store, self.config.root, target=self.camera_model_id,
                          image_embedder=lambda: self._image_embedder,
                          embed_texts=self._embed_texts, sync=self.sync)
         if job.pending() and job.start():
@@ -328,7 +355,7 @@ class MemoryEngine:
         now = time.monotonic()
         if now - self._reembed_checked >= 1.0:
             target = self.camera_model_id()
-            counts: dict[str | None, int] = self.store.model_counts("camera")
+            counts: dict[str | None, int] = self._store.model_counts("camera")
             self._reembed_count = sum(int(n) for m, n in counts.items()
                                       if m is not None and m != target)
             self._reembed_checked = now
@@ -447,7 +474,7 @@ class MemoryEngine:
         """Configured streams and every stream with rows. Cached: a search only looks the
         database up again when it names a stream the cache does not know."""
         if self._streams_cache is None:
-            self._streams_cache = set(self.config.streams) | self.backend.stream_names()
+            self._streams_cache = set(self.config.streams) | self._backend.stream_names()
         return self._streams_cache
 
     def has_stream(self, name: str) -> bool:
@@ -490,9 +517,9 @@ class MemoryEngine:
 
     def check_tags(self, plan: SearchPlan) -> None:
         """Refuse tag names no row has (with the nearest known names)."""
-        catalogue = self.store.tag_catalogue()
+        catalogue = self._store.tag_catalogue()
         if catalogue is not None:
-            check_tag_names(plan, catalogue, self.store.has_tag)
+            check_tag_names(plan, catalogue, self._store.has_tag)
 
     def resolve_place(self, plan: SearchPlan, name: str) -> None:
         """A named place becomes the plan's circle (its radius unless the query gave one)."""
@@ -501,11 +528,11 @@ class MemoryEngine:
         if not plan.radius_given:
             plan.radius = place.radius
 
-    def place(self, name: str) -> Any:
+    def place(self, name: str) -> Place:
         """The named place, or BadRequest naming the places there are."""
-        place = self.places.get(name)
+        place = self._places.get(name)
         if place is None:
-            raise BadRequest(unknown_name("place", name, self.places.names()))
+            raise BadRequest(unknown_name("place", name, self._places.names()))
         return place
 
     def parse_search(self, query: str) -> SearchPlan:
@@ -524,7 +551,7 @@ class MemoryEngine:
                              f"and are being re-embedded with {self.camera_model_id()} in the "
                              "background; until then their scores do not compare with the "
                              "others'")
-        results = [self.backend.result(row, score) for row, score in pairs]
+        results = [self._backend.result(row, score) for row, score in pairs]
         if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
         return SearchAnswer(results=results, count=len(results), notes=notes or None)
@@ -532,7 +559,7 @@ class MemoryEngine:
     def run_search(self, req: SearchPlan) -> tuple[list[tuple[Any, float | None]], list[str]]:
         """A resolved plan's rows (the backend's: an Observation here) and scores, and notes
         for the answer: the one planner over this engine's backend."""
-        return QueryPlanner(self.backend, self.query_vector).run(req)
+        return QueryPlanner(self._backend, self.query_vector).run(req)
 
     def run_visits(self, plan: SearchPlan) -> VisitsAnswer:
         """The robot's visits to the plan's circle within its time window, from the pose
@@ -541,7 +568,7 @@ class MemoryEngine:
         if plan.empty_window:
             return VisitsAnswer(notes=["the time window is empty (its start is after its end)"])
         lo, hi = self.visit_track_window(plan)
-        spans, notes = self.visit_spans(plan, self.store.pose_track(lo, hi))
+        spans, notes = self.visit_spans(plan, self._store.pose_track(lo, hi))
         return self.visits_answer([(v, {}) for v in spans], notes)
 
     def visit_track_window(self, plan: SearchPlan) -> tuple[float | None, float | None]:
@@ -602,11 +629,11 @@ class MemoryEngine:
         assert req.place is not None
         now = self.clock()
         name = req.place
-        old = self.places.get(name)
+        old = self._places.get(name)
         pose = self.pose_provider()
         if req.remove:
             if old is None:
-                raise BadRequest(unknown_name("place", name, self.places.names()))
+                raise BadRequest(unknown_name("place", name, self._places.names()))
             entry = place_entry(old.name, now, pose, removed=True)
             self._append_place(entry)
             return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=True,
@@ -626,13 +653,13 @@ class MemoryEngine:
             old.radius if old is not None else DEFAULT_RADIUS)
         entry = place_entry(name, now, pose, x=x, y=y, radius=radius, frame=frame)
         self._append_place(entry)
-        place = self.places.get(name)
+        place = self.place(name)  # just written: there
         return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=True,
                           place=PlaceInfo(**place.info()))
 
     def _append_place(self, entry: NoteEntry) -> None:
         try:
-            self.places.append(entry)
+            self._places.append(entry)
         except OSError as exc:
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
 
@@ -658,14 +685,14 @@ class MemoryEngine:
         entry = NoteEntry(key=new_key(), stream=stream, t=now, text=req.text, pose=pose,
                           tags=req.tags)
         try:
-            self.notes.append(entry)  # durable first: the Markdown file is the record
+            self._notes.append(entry)  # durable first: the Markdown file is the record
         except OSError as exc:
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
         obs = Observation(stream=stream, t=now, pose=pose, tags=dict(req.tags), text=req.text,
                           model_id=self.text_model_id if vec is not None else None,
                           note_key=entry.key)
         try:
-            [oid] = self.store.insert([obs], [vec])
+            [oid] = self._store.insert([obs], [vec])
         except Exception:  # noqa: BLE001 - in Markdown already; the next start indexes it
             log.exception("note %s is in %s but could not be added to memory.db", entry.key,
                           entry.file)
@@ -689,16 +716,16 @@ class MemoryEngine:
                           radius=cfg.note_fold_radius_m)
         self.sync()
         key = (self.text_model_id, "events")
-        idx = self.indexes.get(key)
+        idx = self._indexes.get(key)
         if idx is None:
             return None
-        cand = self.store.candidates(probe)
+        cand = self._store.candidates(probe)
         if len(cand.ids) == 0:
             return None
         ids, scores = idx.search(vec, 1, candidates=cand.ids)
         if len(ids) == 0 or scores[0] < cfg.note_fold_similarity:
             return None
-        prior = self.store.get([int(ids[0])])[int(ids[0])]
+        prior = self._store.get([int(ids[0])])[int(ids[0])]
         if (prior.pose is None) != (pose is None):
             return None
         tags = dict(prior.tags)
@@ -707,24 +734,24 @@ class MemoryEngine:
             count = 1
         tags["repeats"] = count + 1
         tags["last_t"] = now
-        self.store.update_tags(prior.id, tags)
-        log.info("note folded into #%d (similarity %.3f): %.60s", prior.id, scores[0], req.text)
+        self._store.update_tags(int(ids[0]), tags)
+        log.info("note folded into #%d (similarity %.3f): %.60s", int(ids[0]), scores[0], req.text)
         return SaveAnswer(id=prior.id, t=prior.t, pose=pose_out(prior.pose), indexed=True,
                           folded=True)
 
     # ---- streams / compact ------------------------------------------------------------------
     def list_streams(self) -> StreamsAnswer:
-        entries = [StreamInfo(**e) for e in self.store.stream_stats()]
+        entries = [StreamInfo(**e) for e in self._store.stream_stats()]
         for entry in entries:
             if entry.name == "camera":
                 self._camera_extras(entry)
         return StreamsAnswer(streams=entries,
-                             places=[PlaceInfo(**p.info()) for p in self.places.all()])
+                             places=[PlaceInfo(**p.info()) for p in self._places.all()])
 
     def _camera_extras(self, entry: StreamInfo) -> None:
         """Caption progress and cost (describer vlm), and rows awaiting a new embedding."""
         if self.config.describer == "vlm" or hasattr(self._describer, "caption"):
-            counts = self.store.tag_counts("camera", "caption")
+            counts = self._store.tag_counts("camera", "caption")
             entry.captioned = counts.get("done", 0)
             entry.pending = counts.get("pending", 0)
             entry.failed = counts.get("failed", 0)
@@ -748,15 +775,15 @@ class MemoryEngine:
         """Say which clock the rows are being recorded on (the recorder, at start): a store
         recorded on simulated time is compacted counting ages from its own newest row, not
         from the clock of whatever process opens it later (see compact_clock)."""
-        self.store.set_meta("recorded_clock", "sim" if simulated else "wall")
+        self._store.set_meta("recorded_clock", "sim" if simulated else "wall")
 
     def run_compaction(self) -> CompactAnswer:
         if not self._compact_lock.acquire(blocking=False):
             raise Unavailable("a compaction is already running")
         try:
             compactor = Compactor(
-                self.store, self.config, clock=self.clock, sync=self.sync,
-                vector_of=self.indexes.vector, llm_settings=self._llm_settings,
+                self._store, self.config, clock=self.clock, sync=self.sync,
+                vector_of=self._indexes.vector, llm_settings=self._llm_settings,
                 save_summary=lambda req, stream, t, pose: self.save_note(req, stream, t, pose))
             return CompactAnswer.model_validate(compactor.run())
         finally:
@@ -765,7 +792,7 @@ class MemoryEngine:
     # ---- ingestion (recorder) ---------------------------------------------------------------
     def sync(self) -> int:
         """Catch up with rows other threads or processes added; returns vectors applied."""
-        return self.indexes.sync()
+        return self._indexes.sync()
 
     @property
     def ingestor(self) -> Ingestor:
@@ -774,7 +801,7 @@ class MemoryEngine:
         with self._lazy_lock:
             if self._ingestor is None:
                 self._ingestor = Ingestor(
-                    self.store, self.config.root, embed_texts=self._embed_texts,
+                    self._store, self.config.root, embed_texts=self._embed_texts,
                     text_model_id=lambda: self.text_model_id,
                     image_embedder=lambda: self._image_embedder,
                     describer=lambda: self.describer, sync=self.sync,
@@ -813,14 +840,14 @@ class MemoryEngine:
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         if (norms == 0).any():
             raise ValueError("a zero vector has no direction to rank by")
-        dim = self.indexes.dim_of(model_id)
+        dim = self._indexes.dim_of(model_id)
         if dim is not None and vecs.shape[1] != dim:
             raise ValueError(f"{model_id} vectors here have {dim} dimensions, not "
                              f"{vecs.shape[1]}")
         vecs = vecs / norms
         for obs in observations:
             obs.model_id = model_id
-        ids = self.store.insert(list(observations), list(vecs))
+        ids = self._store.insert(list(observations), list(vecs))
         self._streams_cache = None
         self.sync()
         return ids
@@ -843,9 +870,9 @@ class MemoryEngine:
     def _ingest_note_files(self) -> int:
         """Rows for Markdown entries memory.db lacks (written by hand, or a crash before the
         insert): the Markdown files are the record of notes."""
-        known = self.store.note_keys()
+        known = self._store.note_keys()
         # Place entries are the place registry's (core/places.py), not observations.
-        new = [e for e in self.notes.read_all()
+        new = [e for e in self._notes.read_all()
                if e.key not in known and e.stream != PLACES_STREAM]
         if not new:
             return 0
@@ -865,18 +892,19 @@ class MemoryEngine:
         for row, vec in zip(rows, vecs, strict=True):
             if vec is None:
                 row.model_id = None
-        self.store.insert(rows, vecs)
+        self._store.insert(rows, vecs)
         self.sync()
         return len(rows)
 
     def _index_missing_vectors(self) -> int:
         """Embed rows stored without a vector (indexing failed when they were saved)."""
-        rows = self.store.rows_without_vectors(
+        rows = self._store.rows_without_vectors(
             [s for s in self.known_streams() if s in NOTE_STREAMS or s == "camera"])
         if not rows:
             return 0
         vecs = self._embed_texts([r.text for r in rows])
         for r, v in zip(rows, vecs, strict=True):
-            self.store.set_vector(r.id, v, self.text_model_id)
+            if r.id is not None:  # rows read from the store
+                self._store.set_vector(r.id, v, self.text_model_id)
         self.sync()
         return len(rows)
