@@ -42,7 +42,7 @@ from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.local_backend import LocalBackend
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
 from memory_node.core.places import PLACES_STREAM, Place, Places, place_entry
-from memory_node.core.planner import QueryPlanner, SearchBackend
+from memory_node.core.planner import EMPTY_WINDOW, QueryPlanner, SearchBackend
 from memory_node.core.query import (
     SaveRequest,
     SearchPlan,
@@ -562,14 +562,25 @@ class MemoryEngine:
         return QueryPlanner(self._backend, self.query_vector).run(req)
 
     def run_visits(self, plan: SearchPlan) -> VisitsAnswer:
-        """The robot's visits to the plan's circle within its time window, from the pose
-        history (kept and archived rows with a pose), with notes where it is missing."""
+        """Visits to the plan's circle within its time window, from the pose history (kept
+        and archived rows with a pose), with notes where it is missing. A fleet answers from
+        each robot's own track on the circle's map, and each visit names its robot."""
         assert plan.near is not None
         if plan.empty_window:
-            return VisitsAnswer(notes=["the time window is empty (its start is after its end)"])
+            return VisitsAnswer(notes=[EMPTY_WINDOW])
         lo, hi = self.visit_track_window(plan)
-        spans, notes = self.visit_spans(plan, self._store.pose_track(lo, hi))
-        return self.visits_answer([(v, {}) for v in spans], notes)
+        tracks = self._backend.pose_tracks(plan.robots, plan.map_id, lo, hi)
+        spans: list[tuple[VisitSpan, dict[str, Any]]] = []
+        notes: list[str] = []
+        for robot, track in tracks.items():
+            got, said = self.visit_spans(plan, track)
+            spans += [(v, {} if robot is None else {"robot": robot}) for v in got]
+            notes += said if len(tracks) == 1 else [f"{robot}: {n}" for n in said]
+        if not tracks:
+            notes.append(f"no robot has pose history on map {plan.map_id} in this time "
+                         "window, so visits are not known")
+        spans.sort(key=lambda p: (p[0].start, p[1].get("robot", "")))
+        return self.visits_answer(spans, notes)
 
     def visit_track_window(self, plan: SearchPlan) -> tuple[float | None, float | None]:
         """The stretch of pose history visits need: one sample either side of the window

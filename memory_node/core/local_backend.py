@@ -60,6 +60,11 @@ class LocalBackend:
     def ordered(self, where: RowFilter, order_by: str, limit: int) -> list[Observation]:
         return self.store.ordered(where, order_by, limit)
 
+    def pose_tracks(self, robots: Collection[str] | None, map_id: str | None,
+                    t_min: float | None, t_max: float | None) -> dict[str | None, np.ndarray]:
+        """The robot's one pose history (robots and map are a fleet's)."""
+        return {None: self.store.pose_track(t_min, t_max)}
+
     def tie_key(self, row: Observation) -> int:
         return row.id or 0  # stored rows always have an id
 

@@ -70,6 +70,11 @@ class SearchBackend(Protocol[Row]):
         """The best-scoring rows passing `where` (exact when anything but the streams
         filters), with notes on how they were found."""
 
+    def pose_tracks(self, robots: Collection[str] | None, map_id: str | None,
+                    t_min: float | None, t_max: float | None) -> dict[str | None, np.ndarray]:
+        """(t, x, y) pose history in time order, kept and archived rows, per robot (a robot's
+        own store: one track, keyed None; a fleet: each robot with a pose on `map_id`)."""
+
     def tie_key(self, row: Row) -> Hashable:
         """Equal scores break by this, highest first: the robot's own row order."""
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 
+import numpy as np
+
 from memory_node.core.contract import ResultItem, result_item
 from memory_node.core.planner import Nearest, QueryVectors
 from memory_node.core.types import RowFilter
@@ -67,6 +69,15 @@ class FleetBackend:
             return self.store.ordered(where, "-time", n, exclude_models=list(qvecs))
 
         return Nearest(scored, unscored)
+
+    def pose_tracks(self, robots: Collection[str] | None, map_id: str | None,
+                    t_min: float | None, t_max: float | None) -> dict[str | None, np.ndarray]:
+        """Each robot's own pose history on `map_id` (a robot's track never joins another's):
+        the named robots, or every robot with a pose there in the window."""
+        if map_id is None:
+            return {}
+        who = list(robots) if robots else self.store.pose_robots(map_id, None, t_min, t_max)
+        return {r: self.store.pose_track(r, map_id, t_min, t_max) for r in who}
 
     def tie_key(self, row: FleetHit) -> tuple[int, str, str]:
         return (row.local_id, row.robot, row.store_id)

@@ -35,9 +35,7 @@ from memory_node.core.contract import (
 from memory_node.core.engine import MemoryEngine
 from memory_node.core.errors import BadRequest, Unavailable
 from memory_node.core.places import place_key
-from memory_node.core.planner import EMPTY_WINDOW
 from memory_node.core.query import SearchPlan
-from memory_node.core.visits import VisitSpan
 from memory_node.fleet.backend import FleetBackend
 from memory_node.fleet.credentials import redact, resolve_fleet_url
 from memory_node.fleet.store import FleetPlace, FleetStore, FleetUnavailable
@@ -184,28 +182,6 @@ class FleetEngine(MemoryEngine):
             return super().run_query(query)
         except FleetUnavailable as exc:
             raise Unavailable(str(exc)) from None
-
-    def run_visits(self, plan: SearchPlan) -> VisitsAnswer:
-        """Visits to the circle on one map, from each robot's own pose history there (a
-        robot's track never joins another's); each visit names its robot. By default every
-        robot with a pose on that map in the window."""
-        assert plan.near is not None and plan.map_id is not None  # map_for: near has a map
-        if plan.empty_window:
-            return VisitsAnswer(notes=[EMPTY_WINDOW])
-        store = self.fleet
-        lo, hi = self.visit_track_window(plan)
-        who = list(plan.robots) if plan.robots else store.pose_robots(plan.map_id, None, lo, hi)
-        spans: list[tuple[VisitSpan, dict[str, Any]]] = []
-        notes: list[str] = []
-        for robot in who:
-            got, said = self.visit_spans(plan, store.pose_track(robot, plan.map_id, lo, hi))
-            spans += [(v, {"robot": robot}) for v in got]
-            notes += said if len(who) == 1 else [f"{robot}: {n}" for n in said]
-        if not who:
-            notes.append(f"no robot has pose history on map {plan.map_id} in this time "
-                         "window, so visits are not known")
-        spans.sort(key=lambda p: (p[0].start, p[1]["robot"]))
-        return self.visits_answer(spans, notes)
 
     def list_streams(self) -> StreamsAnswer:
         """Every stream with per-robot counts, the places of every robot, and the robots."""
