@@ -37,7 +37,6 @@ __all__ = [
     "RANGE_OPS",
     "RESERVED_NOTE_TAGS",
     "TAG_KEY",
-    "SEARCH_FIELDS",
     "SaveRequest",
     "SearchPlan",
     "SearchRequest",
@@ -51,13 +50,6 @@ __all__ = [
     "read_save",
     "read_search",
 ]
-
-# The search fields the embedded engine implements (the rest of SearchQuery's fields, the
-# fleet's robot and map, are answered bad_request there; the fleet engine takes them out of
-# the query before it plans it).
-SEARCH_FIELDS = ("stream", "semantic_query", "near_x", "near_y", "near", "radius", "near_here",
-                 "after_seconds_ago", "before_seconds_ago", "after", "before", "tags",
-                 "order_by", "k", "min_score", "seen_near", "include_archived", "visits")
 
 # Tags the engine itself writes (note folding, compaction, hand-written notes): always valid
 # filter and order keys, even before the first row carries them.

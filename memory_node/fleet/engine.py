@@ -1,17 +1,17 @@
 """`FleetEngine`: the engine's JSON contract served from the fleet store.
 
-It is a `MemoryEngine` whose store is PostgreSQL: the same request parsing, error handling and
-result shape, plus the fleet fields of docs/design.md ("Fleet store"): `robot` (one id, a
-list, or "all"), `map`, and `robot`/`map` in every result. `save` and `compact` belong to a
-robot's own memory (memory-sync brings the result here) and are refused as bad requests.
+It is a `MemoryEngine` whose backend is the fleet's (`FleetBackend`, fleet/backend.py): the
+same request parsing, planner, error handling and result shape, plus the fleet fields of
+docs/design.md ("Fleet store"): `robot` (one id, a list, or "all"), `map`, and `robot`/`map`
+in every result. `save` and `compact` belong to a robot's own memory (memory-sync brings the
+result here) and are refused as bad requests.
 
-Planning: every filter is a SQL condition, so filtered answers are exact top-k of the rows
-that pass (`ORDER BY emb <#> q` over them). An unfiltered semantic search (at most a stream
-restriction) uses the model's HNSW index when one exists, with pgvector's iterative scan.
-A spatial filter applies within one map: the request's `map`, else the map the robots the
-request names share, else the asking robot's own map. A named place brings its own map.
-`near`, `seen_near` and `visits` mean what they mean on a robot, over what memory-sync brings
-(places, camera views, every row's pose); visits come from each robot's own pose track.
+What is the fleet's own here: a spatial filter applies within one map (the request's `map`,
+else the map the robots the request names share, else the asking robot's own map; a named
+place brings its own map), places are looked up among the robots', and the streams answer
+lists every robot. `near`, `seen_near` and `visits` mean what they mean on a robot, over
+what memory-sync brings (places, camera views, every row's pose); visits come from each
+robot's own pose track.
 """
 
 from __future__ import annotations
