@@ -76,18 +76,6 @@ class FleetHit:
     local_id: int = 0
     store_id: str = ""
 
-    def rank_key(self) -> tuple[float, int, str, str]:
-        """Sort with reverse=True: best score first, ties as `_ties("DESC")` orders them."""
-        return (self.score or 0.0, self.local_id, self.robot, self.store_id)
-
-    def to_result(self) -> dict[str, Any]:
-        out = self.obs.to_result(self.score)
-        out["robot"] = self.robot
-        out["map"] = self.map_id
-        if self.archived:
-            out["archived"] = True
-        return out
-
 
 @dataclass(frozen=True)
 class FleetPlace(Place):
