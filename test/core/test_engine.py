@@ -145,6 +145,23 @@ def test_filters_tags_and_order(env):
     _ = rng
 
 
+def test_semantic_query_on_a_stream_without_vectors_lists_rows_in_the_asked_order(env):
+    eng, clock, _, _ = env
+    for i in range(4):
+        eng.add_observation("odom", T0 + i, Pose(float(i), 0.0), {"i": i})
+    clock.t = T0 + 100
+    oldest = call(eng.search, '{"stream": "odom", "semantic_query": "a door", '
+                              '"order_by": "time", "k": 3}')
+    assert [r["tags"]["i"] for r in oldest["results"]] == [0, 1, 2]
+    assert all(r["score"] is None for r in oldest["results"])
+    assert oldest["notes"] == ["no embedded rows in the requested stream(s): "
+                               "semantic_query ignored"]
+    newest = call(eng.search, '{"stream": "odom", "semantic_query": "a door", "k": 3}')
+    assert [r["tags"]["i"] for r in newest["results"]] == [3, 2, 1]
+    assert newest["notes"] == ["no embedded rows in the requested stream(s): "
+                               "semantic_query ignored, newest first"]
+
+
 def test_compact_without_llm_reports_unavailable_and_keeps_notes(env):
     eng, clock, pose, _ = env
     eng.save("remember the red door")
