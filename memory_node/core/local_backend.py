@@ -108,41 +108,28 @@ class LocalBackend:
     def ordered_with_scores(self, where: RowFilter, order_by: str, qvecs: QueryVectors,
                             min_score: float | None, limit: int
                             ) -> list[tuple[Observation, float | None]]:
-        """Order by time or a tag, reporting (and with min_score, filtering by) similarity."""
-        cand = self.store.candidates(where)
-        rows = self._get(where, cand.ids.tolist())
-        archived = (self.store.archived_vectors([i for i, o in rows.items() if o.archived])
+        """Order by time or a tag (the store's one ordering, in SQL), reporting (and with
+        min_score, filtering by) similarity."""
+        rows = self.store.ordered(where, order_by, limit if min_score is None else -1)
+        archived = (self.store.archived_vectors([o.id for o in rows if o.archived and o.id])
                     if where.include_archived else {})
         scored: list[tuple[Observation, float | None]] = []
-        for oid, obs in rows.items():
+        for obs in rows:
             score = None
             if obs.archived:
-                pair = archived.get(oid)
+                pair = archived.get(obs.id or 0)
                 vec = pair[1] if pair is not None else None
             else:
-                vec = self.indexes.vector(obs.model_id, obs.stream, oid)
+                vec = self.indexes.vector(obs.model_id, obs.stream, obs.id)
             qv = qvecs.get(obs.model_id) if obs.model_id else None
             if vec is not None and qv is not None:
                 score = float(vec @ qv)
             if min_score is not None and (score is None or score < min_score):
                 continue
             scored.append((obs, score))
-        if order_by in ("time", "-time"):
-            scored.sort(key=lambda p: (p[0].t, p[0].id), reverse=order_by == "-time")
-        else:
-            tag = order_by.lstrip("-")
-            desc = order_by.startswith("-")
-
-            def tag_key(p: tuple[Observation, float | None]) -> tuple:
-                obs = p[0]
-                v = obs.tags.get(tag)
-                last = (-obs.t, -(obs.id or 0))  # stored rows always have an id
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    return (0, -v if desc else v, *last)
-                return (1, 0, *last)
-
-            scored.sort(key=tag_key)
-        return scored[:limit]
+            if len(scored) == limit:
+                break
+        return scored
 
     # ---- the three semantic paths -----------------------------------------------------------
     def _filtered_in_memory(self, where: RowFilter, keys: list[Key], qvecs: QueryVectors,
