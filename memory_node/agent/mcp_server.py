@@ -40,6 +40,7 @@ from memory_node import __version__
 from memory_node.agent.client import EngineClient, MemoryClient
 from memory_node.agent.prompt import MEMORY_PROMPT_SECTION
 from memory_node.agent.skills import Clock, Skill, get_skills
+from memory_node.core.parameters import split_ros_args
 
 __all__ = ["BearerTokenMiddleware", "MemoryMCPServer", "main"]
 
@@ -203,10 +204,7 @@ async def _serve_http(server: MemoryMCPServer, host: str, port: int, token: str 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ros_args: list[str] = []
-    if "--ros-args" in argv:
-        i = argv.index("--ros-args")
-        argv, ros_args = argv[:i], argv[i:]
+    argv, ros_args = split_ros_args(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.http and (args.host or args.port is not None or args.token):

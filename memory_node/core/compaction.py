@@ -52,6 +52,13 @@ SUMMARY_PROMPT = (
 )
 
 
+
+def row_id(obs: Observation) -> int:
+    """The id of a row read from the store (compaction only sees stored rows)."""
+    if obs.id is None:
+        raise ValueError(f"a {obs.stream} row at t={obs.t} without an id is not a stored row")
+    return obs.id
+
 class Compactor:
     """One compaction run. It receives what it uses (store, configuration, clock, the index
     catch-up, the vectors, the way to store a summary, the LLM settings) and never sees the
@@ -125,12 +132,12 @@ class Compactor:
                 cell = self._cell(obs)
                 cells[cell].append(obs)
                 if run and (cell != run_cell or obs.t - run[-1].t > self.cfg.visit_gap_s):
-                    ends.update((run[0].id, run[-1].id))
+                    ends.update((row_id(run[0]), row_id(run[-1])))
                     run = []
                 run.append(obs)
                 run_cell = cell
             if run:
-                ends.update((run[0].id, run[-1].id))
+                ends.update((row_id(run[0]), row_id(run[-1])))
         total = 0
         for members in cells.values():
             if len(members) < 2:
@@ -156,13 +163,13 @@ class Compactor:
         """{row id: why it is kept} for one cell's rows."""
         reasons: dict[int, set[str]] = defaultdict(set)
         newest = max(members, key=lambda o: (o.t, o.id))
-        reasons[newest.id].add("cell_newest")
+        reasons[row_id(newest)].add("cell_newest")
         numeric: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
         for o in members:
             for key, v in o.tags.items():
                 if key in ENGINE_TAGS or isinstance(v, bool) or not isinstance(v, (int, float)):
                     continue
-                numeric[key].append((float(v), o.t, o.id))
+                numeric[key].append((float(v), o.t, row_id(o)))
         for values in numeric.values():
             if len({v for v, _, _ in values}) < 2:
                 continue  # all alike: none is extreme
@@ -171,10 +178,10 @@ class Compactor:
             reasons[top[2]].add("extreme_tag")
             reasons[low[2]].add("extreme_tag")
         for o in members:
-            if o.id in referenced:
-                reasons[o.id].add("note_reference")
-            if o.id in ends:
-                reasons[o.id].add("visit_first_last")
+            if row_id(o) in referenced:
+                reasons[row_id(o)].add("note_reference")
+            if row_id(o) in ends:
+                reasons[row_id(o)].add("visit_first_last")
         return reasons
 
     def referenced_ids(self) -> set[int]:
@@ -201,8 +208,10 @@ class Compactor:
             return tags
 
         # One transaction: a crash never leaves rows archived that the kept row does not count.
-        return self.store.archive([o.id for o in gone], reason, {o.id: keep.id for o in gone},
-                                  kept_tags=(keep.id, kept_tags), at=at)
+        kept = row_id(keep)
+        return self.store.archive([row_id(o) for o in gone], reason,
+                                  {row_id(o): kept for o in gone}, kept_tags=(kept, kept_tags),
+                                  at=at)
 
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:
@@ -221,7 +230,7 @@ class Compactor:
             anchor_vec: np.ndarray | None = None
             pending: list[Observation] = []
             for obs in members:
-                last_id = max(last_id, obs.id)
+                last_id = max(last_id, row_id(obs))
                 vec = self.vector_of(obs.model_id, obs.stream, obs.id)
                 if (anchor is not None and vec is not None and anchor_vec is not None
                         and obs.model_id == anchor.model_id

@@ -228,8 +228,10 @@ def _integral(v: Any) -> Any:
     return v
 
 
-def _names(v: list[str]) -> list[str]:
+def _names(v: list[str], info: ValidationInfo) -> list[str]:
     if not v:
+        if info.field_name == "robot":
+            raise _fail("'robot' must be a robot id, a list of ids, or \"all\"")
         raise _fail("'stream' must be a stream name or a list of names")
     return v
 

@@ -36,16 +36,15 @@ from memory_node.core.contract import (
     Visit,
     VisitsAnswer,
     pose_out,
-    read_answer,
-    result_item,
     unknown_name,
 )
 from memory_node.core.errors import BadRequest, ContractError, InternalError, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
+from memory_node.core.local_backend import LocalBackend
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
-from memory_node.core.places import PLACES_STREAM, Places, place_entry
-from memory_node.core.planner import QueryPlanner
+from memory_node.core.places import PLACES_STREAM, Place, Places, place_entry
+from memory_node.core.planner import EMPTY_WINDOW, QueryPlanner, SearchBackend
 from memory_node.core.query import (
     SaveRequest,
     SearchPlan,
@@ -156,6 +155,7 @@ class MemoryEngine:
         self._streams_cache: set[str] | None = None
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
+        self.backend: SearchBackend[Any] | None = None  # what searches run over; None: closed
         self.notes: NotesLog | None = None
         self.places: Places | None = None
         if open_now:
@@ -174,18 +174,19 @@ class MemoryEngine:
             d.mkdir(parents=True, exist_ok=True)
         self.store = SqliteObservationStore(cfg.db_path)
         self.notes = NotesLog(cfg.notes_dir)
-        self.places = Places(self.notes)
+        self.places = Places(self._notes)
         self._load_embedders()
-        self.indexes = IndexManager(cfg, self.store)
-        self.indexes.load_or_rebuild()
+        self.indexes = IndexManager(cfg, self._store)
+        self._indexes.load_or_rebuild()
+        self.backend = LocalBackend(self._store, self._indexes)
         picked = self._ingest_note_files()
         indexed = self._index_missing_vectors()
         self._resume_captions()
         self._start_reembed()
         log.info(
             "memory opened at %s: %d observations, %d vectors, %d notes picked up from "
-            "Markdown, %d rows indexed late, in %.2f s", cfg.root, self.store.count(),
-            self.indexes.total(), picked, indexed, time.perf_counter() - t0)
+            "Markdown, %d rows indexed late, in %.2f s", cfg.root, self._store.count(),
+            self._indexes.total(), picked, indexed, time.perf_counter() - t0)
 
     def _load_embedders(self) -> None:
         """The configured embedders, loaded now: a broken model must fail configure, not the
@@ -231,16 +232,44 @@ class MemoryEngine:
             self._reembedder = None
         if self.indexes is not None and self.store is not None:
             try:
-                persisted = self.indexes.persist()
+                persisted = self._indexes.persist()
             except Exception as exc:  # noqa: BLE001 - the index is a cache; log and go on
                 log.warning("index cache not written (%s: %s); the next start catches up "
                             "from memory.db", type(exc).__name__, exc)
         if self.indexes is not None:
-            self.indexes.close()
+            self._indexes.close()
         if self.store is not None:
-            self.store.close()
+            self._store.close()
         self.store = None
+        self.backend = None
         return persisted
+
+    # What an open engine holds: each raises Unavailable once the engine is closed (a request
+    # that races close() answers "unavailable" instead of failing on None).
+    def _open(self, part: Any) -> Any:
+        if part is None:
+            raise Unavailable("the memory store is closed")
+        return part
+
+    @property
+    def _backend(self) -> SearchBackend[Any]:
+        return self._open(self.backend)
+
+    @property
+    def _store(self) -> SqliteObservationStore:
+        return self._open(self.store)
+
+    @property
+    def _indexes(self) -> IndexManager:
+        return self._open(self.indexes)
+
+    @property
+    def _notes(self) -> NotesLog:
+        return self._open(self.notes)
+
+    @property
+    def _places(self) -> Places:
+        return self._open(self.places)
 
     def __enter__(self) -> MemoryEngine:
         return self
@@ -276,7 +305,7 @@ class MemoryEngine:
 
                 describer = self.describer
                 self._captioner = Captioner(
-                    self.store, self.config.root, caption=describer.caption,
+                    self._store, self.config.root, caption=describer.caption,
                     embed_texts=self._embed_texts, text_model_id=lambda: self.text_model_id,
                     sync=self.sync, max_per_min=self.config.caption_max_per_min,
                     **self._captioner_options)
@@ -288,7 +317,7 @@ class MemoryEngine:
         the store's caption lock and the endpoint is configured)."""
         if self.config.describer != "vlm" and not hasattr(self._describer, "caption"):
             return
-        if not self.store.tagged("camera", "caption", "pending", 0, limit=1):
+        if not self._store.tagged("camera", "caption", "pending", 0, limit=1):
             return
         try:
             captioner = self.captioner()
@@ -310,7 +339,7 @@ class MemoryEngine:
         embedder changed) get the new model's vectors in the background."""
         from memory_node.core.reembed import Reembedder
 
-        job = Reembedder(self.store, self.config.root, target=self.camera_model_id,
+        job = Reembedder(self._store, self.config.root, target=self.camera_model_id,
                          image_embedder=lambda: self._image_embedder,
                          embed_texts=self._embed_texts, sync=self.sync)
         if job.pending() and job.start():
@@ -329,7 +358,7 @@ class MemoryEngine:
         now = time.monotonic()
         if now - self._reembed_checked >= 1.0:
             target = self.camera_model_id()
-            counts: dict[str | None, int] = self.store.model_counts("camera")
+            counts: dict[str | None, int] = self._store.model_counts("camera")
             self._reembed_count = sum(int(n) for m, n in counts.items()
                                       if m is not None and m != target)
             self._reembed_checked = now
@@ -364,7 +393,7 @@ class MemoryEngine:
         """Run one request: its typed answer with took_ms, or an ErrorAnswer; never raises."""
         t0 = time.perf_counter()
         try:
-            if self.store is None:
+            if self.backend is None:
                 raise Unavailable("the memory store is closed")
             out = fn()
         except ContractError as exc:
@@ -393,74 +422,39 @@ class MemoryEngine:
     #   <verb>(text) -> docs/design.md's JSON as the ROS service carries it: ask_<verb>
     #     dumped.
     #   _<verb>(model) -> the answer model, raising ContractError (the implementation).
-    # EngineClient and RosClient (agent/) answer the same ask_<verb> and <verb> names.
-    # An engine subclass that still answers through the dict methods (the fleet engine) is
-    # served through them, so its answers stay its own.
-    def _overrides(self, name: str) -> bool:
-        return getattr(type(self), name) is not getattr(MemoryEngine, name)
-
+    # EngineClient and RosClient (agent/) answer the same ask_<verb> and <verb> names; the
+    # fleet engine overrides the _<verb> it answers otherwise.
     def ask_search(self, query: SearchQuery | str
                    ) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
         """A search as the contract's models; `query` as a model or the request text."""
-        if self._overrides("search_dict"):
-            text = query if isinstance(query, str) else query.to_json()
-            return read_answer(self.search(text), SearchAnswer)
         return self._guard(lambda: self._search(
             query if isinstance(query, SearchQuery) else self.read_search(query)), "search")
 
     def ask_save(self, note: SaveNote | str) -> SaveAnswer | ErrorAnswer:
         """A save as the contract's models; `note` as a model or the request text."""
-        if self._overrides("save_dict"):
-            text = note if isinstance(note, str) else note.to_json()
-            return read_answer(self.save(text), SaveAnswer)
         return self._guard(lambda: self._save(
             note if isinstance(note, SaveNote) else self.read_save(note)), "save")
 
     def ask_compact(self) -> CompactAnswer | ErrorAnswer:
         """One compaction pass as the contract's model."""
-        if self._overrides("compact_dict"):
-            return read_answer(self.compact(), CompactAnswer)
         return self._guard(self._compact, "compact")
 
     def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
         """The streams and named places as the contract's model."""
-        if self._overrides("streams_dict"):
-            return read_answer(self.streams(), StreamsAnswer)
         return self._guard(self._streams, "streams")
 
     # The JSON strings of docs/design.md (the ROS server's and ROS clients' path).
     def search(self, query: str) -> str:
-        if self._overrides("search_dict"):
-            return dumps(self._guard(lambda: self.search_dict(query), "search"))
         return dumps(self.ask_search(query))
 
     def save(self, note: str) -> str:
-        if self._overrides("save_dict"):
-            return dumps(self._guard(lambda: self.save_dict(note), "save"))
         return dumps(self.ask_save(note))
 
     def compact(self) -> str:
-        if self._overrides("compact_dict"):
-            return dumps(self._guard(self.compact_dict, "compact"))
         return dumps(self.ask_compact())
 
     def streams(self) -> str:
-        if self._overrides("streams_dict"):
-            return dumps(self._guard(self.streams_dict, "streams"))
         return dumps(self.ask_streams())
-
-    # The answers as dicts (raise ContractError on failure): the JSON shape without the text.
-    def search_dict(self, query: str) -> dict[str, Any]:
-        return self._search(self.read_search(query)).model_dump()
-
-    def save_dict(self, note: str) -> dict[str, Any]:
-        return self._save(self.read_save(note)).model_dump()
-
-    def compact_dict(self) -> dict[str, Any]:
-        return self._compact().model_dump()
-
-    def streams_dict(self) -> dict[str, Any]:
-        return self._streams().model_dump()
 
     def read_search(self, query: str) -> SearchQuery:
         return read_search(query, max_bytes=self.config.max_query_bytes)
@@ -473,7 +467,7 @@ class MemoryEngine:
         """Configured streams and every stream with rows. Cached: a search only looks the
         database up again when it names a stream the cache does not know."""
         if self._streams_cache is None:
-            self._streams_cache = set(self.config.streams) | self.store.stream_names()
+            self._streams_cache = set(self.config.streams) | self._backend.stream_names()
         return self._streams_cache
 
     def has_stream(self, name: str) -> bool:
@@ -500,11 +494,7 @@ class MemoryEngine:
         plan = plan_search(query, now=self.clock, known_streams=_StreamNames(self),
                            k_default=cfg.k_default, k_max=cfg.k_max)
         if plan.tags or plan.order_by not in ("score", "time", "-time"):
-            # A store without a tag catalogue (the fleet store) leaves tag names unchecked.
-            catalogue_of = getattr(self.store, "tag_catalogue", None)
-            catalogue = catalogue_of() if catalogue_of is not None else None
-            if catalogue is not None:
-                check_tag_names(plan, catalogue, self.store.has_tag)
+            self.check_tags(plan)
         if plan.near_here:
             pose = self.pose_provider()
             if pose is None:
@@ -515,17 +505,27 @@ class MemoryEngine:
                                   "(older than max_pose_age_s): TF is not arriving or lags")
             plan.near = (pose.x, pose.y)
         if plan.place is not None:
-            place = self.place(plan.place)
-            plan.near = (place.x, place.y)
-            if not plan.radius_given:
-                plan.radius = place.radius
+            self.resolve_place(plan, plan.place)
         return plan
 
-    def place(self, name: str) -> Any:
+    def check_tags(self, plan: SearchPlan) -> None:
+        """Refuse tag names no row has (with the nearest known names)."""
+        catalogue = self._store.tag_catalogue()
+        if catalogue is not None:
+            check_tag_names(plan, catalogue, self._store.has_tag)
+
+    def resolve_place(self, plan: SearchPlan, name: str) -> None:
+        """A named place becomes the plan's circle (its radius unless the query gave one)."""
+        place = self.place(name)
+        plan.near = (place.x, place.y)
+        if not plan.radius_given:
+            plan.radius = place.radius
+
+    def place(self, name: str) -> Place:
         """The named place, or BadRequest naming the places there are."""
-        place = self.places.get(name)
+        place = self._places.get(name)
         if place is None:
-            raise BadRequest(unknown_name("place", name, self.places.names()))
+            raise BadRequest(unknown_name("place", name, self._places.names()))
         return place
 
     def parse_search(self, query: str) -> SearchPlan:
@@ -545,25 +545,36 @@ class MemoryEngine:
                              f"and are being re-embedded with {self.camera_model_id()} in the "
                              "background; until then their scores do not compare with the "
                              "others'")
-        results = [result_item(obs, score) for obs, score in pairs]
+        results = [self._backend.result(row, score) for row, score in pairs]
         if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
         return SearchAnswer(results=results, count=len(results), notes=notes or None)
 
-    def run_search(self, req: SearchPlan) -> tuple[list[tuple[Observation, float | None]],
-                                                  list[str]]:
-        """A resolved plan's rows and scores (the planner), and notes for the answer."""
-        return QueryPlanner(self.store, self.indexes, self.query_vector, self.sync).run(req)
+    def run_search(self, req: SearchPlan) -> tuple[list[tuple[Any, float | None]], list[str]]:
+        """A resolved plan's rows (the backend's: an Observation here) and scores, and notes
+        for the answer: the one planner over this engine's backend."""
+        return QueryPlanner(self._backend, self.query_vector).run(req)
 
     def run_visits(self, plan: SearchPlan) -> VisitsAnswer:
-        """The robot's visits to the plan's circle within its time window, from the pose
-        history (kept and archived rows with a pose), with notes where it is missing."""
+        """Visits to the plan's circle within its time window, from the pose history (kept
+        and archived rows with a pose), with notes where it is missing. A fleet answers from
+        each robot's own track on the circle's map, and each visit names its robot."""
         assert plan.near is not None
         if plan.empty_window:
-            return VisitsAnswer(notes=["the time window is empty (its start is after its end)"])
+            return VisitsAnswer(notes=[EMPTY_WINDOW])
         lo, hi = self.visit_track_window(plan)
-        spans, notes = self.visit_spans(plan, self.store.pose_track(lo, hi))
-        return self.visits_answer([(v, {}) for v in spans], notes)
+        tracks = self._backend.pose_tracks(plan.robots, plan.map_id, lo, hi)
+        spans: list[tuple[VisitSpan, dict[str, Any]]] = []
+        notes: list[str] = []
+        for robot, track in tracks.items():
+            got, said = self.visit_spans(plan, track)
+            spans += [(v, {} if robot is None else {"robot": robot}) for v in got]
+            notes += said if len(tracks) == 1 else [f"{robot}: {n}" for n in said]
+        if not tracks:
+            notes.append(f"no robot has pose history on map {plan.map_id} in this time "
+                         "window, so visits are not known")
+        spans.sort(key=lambda p: (p[0].start, p[1].get("robot", "")))
+        return self.visits_answer(spans, notes)
 
     def visit_track_window(self, plan: SearchPlan) -> tuple[float | None, float | None]:
         """The stretch of pose history visits need: one sample either side of the window
@@ -624,11 +635,11 @@ class MemoryEngine:
         assert req.place is not None
         now = self.clock()
         name = req.place
-        old = self.places.get(name)
+        old = self._places.get(name)
         pose = self.pose_provider()
         if req.remove:
             if old is None:
-                raise BadRequest(unknown_name("place", name, self.places.names()))
+                raise BadRequest(unknown_name("place", name, self._places.names()))
             entry = place_entry(old.name, now, pose, removed=True)
             self._append_place(entry)
             return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=True,
@@ -648,13 +659,13 @@ class MemoryEngine:
             old.radius if old is not None else DEFAULT_RADIUS)
         entry = place_entry(name, now, pose, x=x, y=y, radius=radius, frame=frame)
         self._append_place(entry)
-        place = self.places.get(name)
+        place = self.place(name)  # just written: there
         return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=True,
                           place=PlaceInfo(**place.info()))
 
     def _append_place(self, entry: NoteEntry) -> None:
         try:
-            self.places.append(entry)
+            self._places.append(entry)
         except OSError as exc:
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
 
@@ -682,14 +693,14 @@ class MemoryEngine:
         entry = NoteEntry(key=new_key(), stream=stream, t=now, text=req.text, pose=pose,
                           tags=req.tags)
         try:
-            self.notes.append(entry)  # durable first: the Markdown file is the record
+            self._notes.append(entry)  # durable first: the Markdown file is the record
         except OSError as exc:
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
         obs = Observation(stream=stream, t=now, pose=pose, tags=dict(req.tags), text=req.text,
                           model_id=self.text_model_id if vec is not None else None,
                           note_key=entry.key)
         try:
-            [oid] = self.store.insert([obs], [vec])
+            [oid] = self._store.insert([obs], [vec])
         except Exception:  # noqa: BLE001 - in Markdown already; the next start indexes it
             log.exception("note %s is in %s but could not be added to memory.db", entry.key,
                           entry.file)
@@ -713,16 +724,16 @@ class MemoryEngine:
                           radius=cfg.note_fold_radius_m)
         self.sync()
         key = (self.text_model_id, "events")
-        idx = self.indexes.get(key)
+        idx = self._indexes.get(key)
         if idx is None:
             return None
-        cand = self.store.candidates(probe)
+        cand = self._store.candidates(probe)
         if len(cand.ids) == 0:
             return None
         ids, scores = idx.search(vec, 1, candidates=cand.ids)
         if len(ids) == 0 or scores[0] < cfg.note_fold_similarity:
             return None
-        prior = self.store.get([int(ids[0])])[int(ids[0])]
+        prior = self._store.get([int(ids[0])])[int(ids[0])]
         if (prior.pose is None) != (pose is None):
             return None
         tags = dict(prior.tags)
@@ -731,25 +742,25 @@ class MemoryEngine:
             count = 1
         tags["repeats"] = count + 1
         tags["last_t"] = now
-        self.store.update_tags(prior.id, tags)
-        log.info("note folded into #%d (similarity %.3f): %.60s", prior.id, scores[0], req.text)
+        self._store.update_tags(int(ids[0]), tags)
+        log.info("note folded into #%d (similarity %.3f): %.60s", int(ids[0]), scores[0], req.text)
         return SaveAnswer(id=prior.id, t=prior.t, pose=pose_out(prior.pose), indexed=True,
                           folded=True)
 
     # ---- streams / compact ------------------------------------------------------------------
     def _streams(self) -> StreamsAnswer:
         """`streams`: each stream's counts and times, and the named places."""
-        entries = [StreamInfo(**e) for e in self.store.stream_stats()]
+        entries = [StreamInfo(**e) for e in self._store.stream_stats()]
         for entry in entries:
             if entry.name == "camera":
                 self._camera_extras(entry)
         return StreamsAnswer(streams=entries,
-                             places=[PlaceInfo(**p.info()) for p in self.places.all()])
+                             places=[PlaceInfo(**p.info()) for p in self._places.all()])
 
     def _camera_extras(self, entry: StreamInfo) -> None:
         """Caption progress and cost (describer vlm), and rows awaiting a new embedding."""
         if self.config.describer == "vlm" or hasattr(self._describer, "caption"):
-            counts = self.store.tag_counts("camera", "caption")
+            counts = self._store.tag_counts("camera", "caption")
             entry.captioned = counts.get("done", 0)
             entry.pending = counts.get("pending", 0)
             entry.failed = counts.get("failed", 0)
@@ -773,7 +784,7 @@ class MemoryEngine:
         """Say which clock the rows are being recorded on (the recorder, at start): a store
         recorded on simulated time is compacted counting ages from its own newest row, not
         from the clock of whatever process opens it later (see compact_clock)."""
-        self.store.set_meta("recorded_clock", "sim" if simulated else "wall")
+        self._store.set_meta("recorded_clock", "sim" if simulated else "wall")
 
     def _compact(self) -> CompactAnswer:
         """`compact`: one pass (another one running: Unavailable)."""
@@ -781,8 +792,8 @@ class MemoryEngine:
             raise Unavailable("a compaction is already running")
         try:
             compactor = Compactor(
-                self.store, self.config, clock=self.clock, sync=self.sync,
-                vector_of=self.indexes.vector, llm_settings=self._llm_settings,
+                self._store, self.config, clock=self.clock, sync=self.sync,
+                vector_of=self._indexes.vector, llm_settings=self._llm_settings,
                 save_summary=self._save_note)
             return CompactAnswer.model_validate(compactor.run())
         finally:
@@ -791,7 +802,7 @@ class MemoryEngine:
     # ---- ingestion (recorder) ---------------------------------------------------------------
     def sync(self) -> int:
         """Catch up with rows other threads or processes added; returns vectors applied."""
-        return self.indexes.sync()
+        return self._indexes.sync()
 
     @property
     def ingestor(self) -> Ingestor:
@@ -800,7 +811,7 @@ class MemoryEngine:
         with self._lazy_lock:
             if self._ingestor is None:
                 self._ingestor = Ingestor(
-                    self.store, self.config.root, embed_texts=self._embed_texts,
+                    self._store, self.config.root, embed_texts=self._embed_texts,
                     text_model_id=lambda: self.text_model_id,
                     image_embedder=lambda: self._image_embedder,
                     describer=lambda: self.describer, sync=self.sync,
@@ -839,14 +850,14 @@ class MemoryEngine:
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         if (norms == 0).any():
             raise ValueError("a zero vector has no direction to rank by")
-        dim = self.indexes.dim_of(model_id)
+        dim = self._indexes.dim_of(model_id)
         if dim is not None and vecs.shape[1] != dim:
             raise ValueError(f"{model_id} vectors here have {dim} dimensions, not "
                              f"{vecs.shape[1]}")
         vecs = vecs / norms
         for obs in observations:
             obs.model_id = model_id
-        ids = self.store.insert(list(observations), list(vecs))
+        ids = self._store.insert(list(observations), list(vecs))
         self._streams_cache = None
         self.sync()
         return ids
@@ -869,9 +880,9 @@ class MemoryEngine:
     def _ingest_note_files(self) -> int:
         """Rows for Markdown entries memory.db lacks (written by hand, or a crash before the
         insert): the Markdown files are the record of notes."""
-        known = self.store.note_keys()
+        known = self._store.note_keys()
         # Place entries are the place registry's (core/places.py), not observations.
-        new = [e for e in self.notes.read_all()
+        new = [e for e in self._notes.read_all()
                if e.key not in known and e.stream != PLACES_STREAM]
         if not new:
             return 0
@@ -891,18 +902,19 @@ class MemoryEngine:
         for row, vec in zip(rows, vecs, strict=True):
             if vec is None:
                 row.model_id = None
-        self.store.insert(rows, vecs)
+        self._store.insert(rows, vecs)
         self.sync()
         return len(rows)
 
     def _index_missing_vectors(self) -> int:
         """Embed rows stored without a vector (indexing failed when they were saved)."""
-        rows = self.store.rows_without_vectors(
+        rows = self._store.rows_without_vectors(
             [s for s in self.known_streams() if s in NOTE_STREAMS or s == "camera"])
         if not rows:
             return 0
         vecs = self._embed_texts([r.text for r in rows])
         for r, v in zip(rows, vecs, strict=True):
-            self.store.set_vector(r.id, v, self.text_model_id)
+            if r.id is not None:  # rows read from the store
+                self._store.set_vector(r.id, v, self.text_model_id)
         self.sync()
         return len(rows)

@@ -44,6 +44,15 @@ class ParameterError(ValueError):
     """A parameter value that cannot be used; the message is one line."""
 
 
+def split_ros_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the program's own arguments, `--ros-args ...`): launch_ros and `ros2 run` append ROS
+    arguments after the program's."""
+    if "--ros-args" not in argv:
+        return argv, []
+    i = argv.index("--ros-args")
+    return argv[:i], argv[i:]
+
+
 def engine_param_table() -> dict[str, tuple[Any, str]]:
     table = {}
     for f in dataclasses.fields(MemoryConfig):

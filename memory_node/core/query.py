@@ -37,7 +37,6 @@ __all__ = [
     "RANGE_OPS",
     "RESERVED_NOTE_TAGS",
     "TAG_KEY",
-    "SEARCH_FIELDS",
     "SaveRequest",
     "SearchPlan",
     "SearchRequest",
@@ -51,13 +50,6 @@ __all__ = [
     "read_save",
     "read_search",
 ]
-
-# The search fields the embedded engine implements (the rest of SearchQuery's fields, the
-# fleet's robot and map, are answered bad_request there; the fleet engine takes them out of
-# the query before it plans it).
-SEARCH_FIELDS = ("stream", "semantic_query", "near_x", "near_y", "near", "radius", "near_here",
-                 "after_seconds_ago", "before_seconds_ago", "after", "before", "tags",
-                 "order_by", "k", "min_score", "seen_near", "include_archived", "visits")
 
 # Tags the engine itself writes (note folding, compaction, hand-written notes): always valid
 # filter and order keys, even before the first row carries them.
@@ -219,6 +211,10 @@ def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
     plan.seen_near = bool(q.seen_near)
     plan.include_archived = bool(q.include_archived)
     plan.visits = bool(q.visits)
+    plan.robots = robot_ids(q.robot)
+    if q.map is not None and not q.map.strip():
+        raise BadRequest("'map' must be a map id (a non-empty string)")
+    plan.map_id = q.map.strip() if q.map is not None else None
     if q.after_seconds_ago is not None or q.before_seconds_ago is not None:
         plan.t_min, plan.t_max = q.time_window(now() if callable(now) else now)
     else:
@@ -234,6 +230,17 @@ def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
         plan.k, plan.k_capped = k_max, True
     plan.min_score = q.min_score
     return plan
+
+
+def robot_ids(robot: str | list[str] | None) -> tuple[str, ...] | None:
+    """A fleet query's `robot`: one id, a list, or "all" (also "*" or unset: None)."""
+    if robot is None or robot in ("all", "*"):
+        return None
+    names = [robot] if isinstance(robot, str) else robot
+    ids = tuple(dict.fromkeys(r.strip() for r in names))
+    if not ids or not all(ids):
+        raise BadRequest("'robot' must be a robot id, a list of ids, or \"all\"")
+    return ids
 
 
 def check_tag_names(plan: SearchPlan, catalogue: Mapping[str, Mapping[str, bool]],

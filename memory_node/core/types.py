@@ -73,12 +73,6 @@ class Observation:
     view: View | None = None  # what a camera frame covered (seen_near); stored apart
     archived: bool = False  # read from the archive (a search with include_archived)
 
-    def to_result(self, score: float | None = None) -> dict[str, Any]:
-        """The JSON shape of one search result (contract.ResultItem)."""
-        from memory_node.core.contract import result_item
-
-        return result_item(self, score).model_dump()
-
 
 @dataclass(frozen=True)
 class RowFilter:

@@ -13,14 +13,13 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from memory_node.core.places import Place
-from memory_node.core.query import SearchRequest
 from memory_node.core.types import Observation, Pose, RowFilter
 from memory_node.fleet.credentials import redact, scrub
 
@@ -76,18 +75,6 @@ class FleetHit:
     archived: bool = False
     local_id: int = 0
     store_id: str = ""
-
-    def rank_key(self) -> tuple[float, int, str, str]:
-        """Sort with reverse=True: best score first, ties as `_ties("DESC")` orders them."""
-        return (self.score or 0.0, self.local_id, self.robot, self.store_id)
-
-    def to_result(self) -> dict[str, Any]:
-        out = self.obs.to_result(self.score)
-        out["robot"] = self.robot
-        out["map"] = self.map_id
-        if self.archived:
-            out["archived"] = True
-        return out
 
 
 @dataclass(frozen=True)
@@ -570,28 +557,28 @@ class FleetStore:
                " THEN (o.tags ->> %s)::float8 END)")
         return f"{num} IS NULL, {num} {d}, o.t DESC, {_ties('DESC')}", [tag, tag, tag, tag]
 
-    def ordered(self, req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
-                limit: int, *, include_archived: bool = False,
+    def ordered(self, where: RowFilter, order_by: str, limit: int, *,
                 exclude_models: Iterable[str] = ()) -> list[FleetHit]:
-        """Rows passing the filters, ordered by req.order_by (time or a numeric tag);
+        """Rows passing `where`, ordered by time or a numeric tag ("score": newest first);
         `exclude_models`: leave out rows that have a vector of one of these models."""
-        conds, params = self.where(_filter_of(req, robots, map_id, include_archived))
+        conds, params = self.where(where)
         excl = list(exclude_models)
         if excl:
             conds.append("(o.model_id IS NULL OR o.model_id <> ALL(%s))")
             params.append(excl)
-        order, oparams = self._order(req.order_by if req.order_by != "score" else "-time")
-        where = ("WHERE " + " AND ".join(conds)) if conds else ""
-        sql = f"SELECT {_SELECT} FROM memory_observations o {where} ORDER BY {order} LIMIT %s"
+        order, oparams = self._order(order_by if order_by != "score" else "-time")
+        sql_where = ("WHERE " + " AND ".join(conds)) if conds else ""
+        sql = (f"SELECT {_SELECT} FROM memory_observations o {sql_where} ORDER BY {order}"
+               " LIMIT %s")
         rows = self.run(lambda c: c.execute(sql, params + oparams + [int(limit)]).fetchall())
         return [self._hit(r) for r in rows]
 
-    def nearest(self, req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
-                model_id: str, qvec: np.ndarray, k: int, *, include_archived: bool = False,
-                use_hnsw: bool = False) -> list[FleetHit]:
+    def nearest(self, where: RowFilter, model_id: str, qvec: np.ndarray, k: int, *,
+                min_score: float | None = None, use_hnsw: bool = False) -> list[FleetHit]:
         """The k rows of one model with the highest inner product with qvec among the rows
-        passing every filter: exact (a scan of the filtered rows) unless use_hnsw."""
-        conds, params = self.where(_filter_of(req, robots, map_id, include_archived))
+        passing `where` (and min_score): exact (a scan of the filtered rows) unless
+        use_hnsw."""
+        conds, params = self.where(where)
         conds.append("o.model_id = %s")
         params.append(model_id)
         q = np.asarray(qvec, np.float32)
@@ -603,9 +590,9 @@ class FleetStore:
 
             conds[-1] = "o.model_id = " + psql.Literal(model_id).as_string(None)
             params.pop()
-        if req.min_score is not None:
+        if min_score is not None:
             conds.append(f"-({emb} <#> %s) >= %s")
-            params += [q, float(req.min_score)]
+            params += [q, float(min_score)]
         sql = (f"SELECT {_SELECT}, -({emb} <#> %s) AS score FROM memory_observations o"
                f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, {_ties('DESC')} LIMIT %s")
         args = [q, *params, q, int(k)]
@@ -621,37 +608,27 @@ class FleetStore:
             return conn.execute(sql, args).fetchall()
         return [self._hit(r, float(r[_SCORE])) for r in self.run(go)]
 
-    def ordered_with_scores(self, req: SearchRequest, robots: Sequence[str] | None,
-                            map_id: str | None, qvecs: dict[str, np.ndarray], limit: int, *,
-                            include_archived: bool = False) -> list[FleetHit]:
+    def ordered_with_scores(self, where: RowFilter, order_by: str,
+                            qvecs: dict[str, np.ndarray], min_score: float | None,
+                            limit: int) -> list[FleetHit]:
         """Ordered by time or a tag, each row reporting its similarity (None without a
         vector of a queried model); with min_score, rows below it (or unscored) drop out."""
-        conds, params = self.where(_filter_of(req, robots, map_id, include_archived))
+        conds, params = self.where(where)
         cases, cparams = [], []
         for m, q in qvecs.items():
             cases.append("WHEN o.model_id = %s THEN -(o.emb <#> %s)")
             cparams += [m, np.asarray(q, np.float32)]
         score = f"(CASE {' '.join(cases)} END)" if cases else "NULL::float8"
-        order, oparams = self._order(req.order_by)
-        where = ("WHERE " + " AND ".join(conds)) if conds else ""
-        inner = (f"SELECT {_SELECT}, {score} AS score FROM memory_observations o {where}")
-        outer_cond = ""
-        oparams_all = list(oparams)
-        if req.min_score is not None:
-            outer_cond = "WHERE o.score >= %s"
-        order_outer = order  # the same columns exist on the subquery alias o
-        sql = f"SELECT * FROM ({inner}) o {outer_cond} ORDER BY {order_outer} LIMIT %s"
-        args = cparams + params + ([float(req.min_score)] if req.min_score is not None else [])
-        args += oparams_all + [int(limit)]
+        order, oparams = self._order(order_by)
+        sql_where = ("WHERE " + " AND ".join(conds)) if conds else ""
+        inner = f"SELECT {_SELECT}, {score} AS score FROM memory_observations o {sql_where}"
+        # the order's columns exist on the subquery alias o too
+        outer_cond = "WHERE o.score >= %s" if min_score is not None else ""
+        sql = f"SELECT * FROM ({inner}) o {outer_cond} ORDER BY {order} LIMIT %s"
+        args = cparams + params + ([float(min_score)] if min_score is not None else [])
+        args += list(oparams) + [int(limit)]
         rows = self.run(lambda c: c.execute(sql, args).fetchall())
         return [self._hit(r, None if r[_SCORE] is None else float(r[_SCORE])) for r in rows]
-
-
-def _filter_of(req: SearchRequest, robots: Sequence[str] | None, map_id: str | None,
-               include_archived: bool) -> RowFilter:
-    return replace(req.filter, robots=tuple(robots) if robots else None,
-                   map_id=map_id if req.near is not None else None,
-                   include_archived=include_archived)
 
 
 def _time_window(conds: list[str], params: list[Any], column: str, t_min: float | None,

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.notes import NotesLog
+from memory_node.core.parameters import split_ros_args
 from memory_node.core.places import Places
 from memory_node.core.types import View
 from memory_node.fleet.credentials import CredentialError, resolve_fleet_url
@@ -472,8 +473,7 @@ def _create_vector_indexes(store: FleetStore, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--ros-args" in argv:  # launch_ros and `ros2 run` add them; this is no ROS node
-        argv = argv[:argv.index("--ros-args")]
+    argv, _ = split_ros_args(argv)  # launch_ros and `ros2 run` add them; this is no ROS node
     args = _parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -27,6 +27,7 @@ from memory_node.core.contract import (
     VisitsAnswer,
     read_answer,
 )
+from memory_node.core.parameters import split_ros_args
 
 SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
             "streams": "/memory/streams"}
@@ -209,10 +210,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ros_args: list[str] = []
-    if "--ros-args" in argv:
-        i = argv.index("--ros-args")
-        argv, ros_args = argv[:i], argv[i:]
+    argv, ros_args = split_ros_args(argv)
     parser = _parser()
     args = parser.parse_args(argv)  # an unknown option or a second payload: usage error
     if args.verb in ("search", "save") and not args.payload:

@@ -11,6 +11,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from memory_node.core.param_file import resolve_config
+from memory_node.core.parameters import split_ros_args
 from memory_node.ros import params
 from memory_node.ros.common import TF_LISTENER_NODE, pose_tracker_from_params
 from memory_node.ros.process import StopRequest, init_ros, spin_nodes
@@ -36,10 +37,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--robot-prefix", metavar="P",
                         help="one of several robots on one graph: record /P/<topic> with "
                         "frames P/<frame> (robot_prefix; map and odom stay shared)")
-    ros_args: list[str] = []
-    if "--ros-args" in argv:
-        i = argv.index("--ros-args")
-        argv, ros_args = argv[:i], argv[i:]
+    argv, ros_args = split_ros_args(argv)
     return parser.parse_args(argv), ros_args
 
 

@@ -298,12 +298,13 @@ def test_seen_near_stays_within_one_map(fleet):
 
 def test_unreachable_fleet_answers_unavailable_without_the_password(fleet, tmp_path):
     eng = fleet["engine"]("r1")
-    real = eng.store
-    eng.store = FleetStore(f"postgresql://u:s3cret-XYZ@/db?host={tmp_path}&connect_timeout=1")
+    real = eng.fleet_backend.store
+    eng.fleet_backend.store = FleetStore(
+        f"postgresql://u:s3cret-XYZ@/db?host={tmp_path}&connect_timeout=1")
     try:
         ans = eng.search("red door")
     finally:
-        eng.store = real
+        eng.fleet_backend.store = real
     assert json.loads(ans)["error"]["code"] == "unavailable"
     assert "s3cret-XYZ" not in ans
 
@@ -317,9 +318,9 @@ def test_hnsw_for_unfiltered_semantic_search_matches_exact(fleet):
                           timeout=300, env={**os.environ, "MEMORY_FLEET_URL": fleet["url"]})
     assert done.returncode == 0, done.stderr
     assert f"HNSW index for {eng.text_model_id} (384-d, m 32, ef_construction 200)" in done.stdout
-    eng.store.drop_connection()
-    eng.store._hnsw = None  # noqa: SLF001 - a running server sees a new index after reconnect
-    assert eng.text_model_id in eng.store.hnsw_models()
+    eng.fleet.drop_connection()
+    eng.fleet._hnsw = None  # noqa: SLF001 - a running server sees a new index after reconnect
+    assert eng.text_model_id in eng.fleet.hnsw_models()
     approx = json.loads(eng.search(query))
     assert [r["id"] for r in approx["results"]] == [r["id"] for r in exact["results"]]
 
