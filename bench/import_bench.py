@@ -344,7 +344,7 @@ def _query_p50s(memory: Path, n: int = 50) -> dict[str, Any]:
             times, ok = [], 0
             for i in range(n):
                 t0 = time.perf_counter()
-                answer = engine.search_dict(json.dumps(make(i)))
+                answer = engine.ask_search(json.dumps(make(i))).model_dump()
                 times.append((time.perf_counter() - t0) * 1000)
                 ok += bool(answer.get("ok"))
             out[kind] = {"p50_ms": round(percentiles(times)["p50"], 2), "ok": ok, "n": n}

@@ -164,7 +164,7 @@ def open_engine_nowait(mem: Path, ds: Any, queries: list[dict[str, Any]]) -> Any
 def _exactness(ds: Any, queries: list[dict[str, Any]], eng: Any, kind: str) -> float:
     ok = 0
     for q in queries:
-        res = eng.search_dict(request_json(kind, q))["results"]
+        res = eng.ask_search(request_json(kind, q)).model_dump()["results"]
         ref, ref_s = brute_force(ds, kind, q)
         ok += same_result([r["id"] for r in res], [r["score"] for r in res], ref, ref_s)
     return round(ok / len(queries), 3)

@@ -55,7 +55,7 @@ def main() -> None:
         out["graphs_ready"] = wait(3600)
         out["graphs_ready_s"] = round(time.perf_counter() - t0, 3)
     t1 = time.perf_counter()
-    res = eng.search_dict('{"semantic_query": "first query after start", "k": 5}')
+    res = eng.ask_search('{"semantic_query": "first query after start", "k": 5}').model_dump()
     out.update(first_query_ms=round((time.perf_counter() - t1) * 1000, 2),
                open_and_first_query_s=round(time.perf_counter() - t0, 3),
                first_query_notes=res.get("notes", []))

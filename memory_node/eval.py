@@ -291,6 +291,16 @@ def record(sample: Any, memory_dir: Path, out_dir: Path, rate: float,
         session.stop()
 
 
+def camera_stream(engine: Any) -> Any:
+    """The camera entry of the engine's streams answer: caption progress and row count."""
+    from memory_node.core.contract import ErrorAnswer
+
+    answer = engine.ask_streams()
+    if isinstance(answer, ErrorAnswer):
+        raise RuntimeError(f"memory-eval: streams failed: {answer.error.message}")
+    return next(e for e in answer.streams if e.name == "camera")
+
+
 def camera_variant(memory_dir: Path, out: Path, truth: Mapping[str, Any], now: float,
                    captions: str | None, clip: bool, rate: float,
                    echo: Callable[[str], None], stack: contextlib.ExitStack,
@@ -331,7 +341,7 @@ def camera_variant(memory_dir: Path, out: Path, truth: Mapping[str, Any], now: f
         echo(f"memory-eval: {queued} novel views of {memory_dir.name} queued for captions "
              f"({captions}, at most {rate:g} a minute)")
         while True:
-            cam = next(e for e in engine.list_streams().streams if e.name == "camera")
+            cam = camera_stream(engine)
             if not cam.pending:
                 echo(f"memory-eval: captions: {cam.captioned} done, {cam.failed} failed")
                 break

@@ -5,9 +5,12 @@ strings plus the robot's current pose) and the memory's clock, so they run uncha
 in-process engine (`EngineClient`, no ROS) or on the ROS services (`RosClient` in
 `ros_client.py`, which imports rclpy lazily).
 
-The typed calls (`ask_search`, `ask_save`, `ask_compact`, `ask_streams`) take and return the
-models of `core/contract.py`. By default they go through the JSON strings (the ROS client's
-path: JSON is the wire); the in-process client passes the models straight to the engine.
+One name per operation, the service's verb, the same on every client and on
+`MemoryEngine`: `search`, `save`, `compact`, `streams` take and answer docs/design.md's JSON
+text; `ask_search`, `ask_save`, `ask_compact`, `ask_streams` answer the models of
+`core/contract.py` and never raise (`ask_search` and `ask_save` take the request model or
+its text). By default the `ask_*` calls go through the JSON strings (the ROS client's path:
+JSON is the wire); the in-process client passes the models straight to the engine.
 """
 
 from __future__ import annotations
@@ -67,11 +70,15 @@ class MemoryClient(ABC):
         """The robot's pose in the world frame now, or None when unknown."""
 
     # Typed calls: the contract's models in and out; never raise for a failure (ErrorAnswer).
-    def ask_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
-        return read_answer(self.search(query.to_json()), SearchAnswer)
+    # A request given as text is sent as it is (the memory reads it, as `search` would).
+    def ask_search(self, query: SearchQuery | str
+                   ) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        text = query if isinstance(query, str) else query.to_json()
+        return read_answer(self.search(text), SearchAnswer)
 
-    def ask_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
-        return read_answer(self.save(note.to_json()), SaveAnswer)
+    def ask_save(self, note: SaveNote | str) -> SaveAnswer | ErrorAnswer:
+        text = note if isinstance(note, str) else note.to_json()
+        return read_answer(self.save(text), SaveAnswer)
 
     def ask_compact(self) -> CompactAnswer | ErrorAnswer:
         return read_answer(self.compact(), CompactAnswer)
@@ -134,21 +141,22 @@ class EngineClient(MemoryClient):
     def streams(self) -> str:
         return self._call(self.engine.streams)
 
-    def ask_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+    def ask_search(self, query: SearchQuery | str
+                   ) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
         with self._lock:
-            return self.engine.answer_search(query)
+            return self.engine.ask_search(query)
 
-    def ask_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
+    def ask_save(self, note: SaveNote | str) -> SaveAnswer | ErrorAnswer:
         with self._lock:
-            return self.engine.answer_save(note)
+            return self.engine.ask_save(note)
 
     def ask_compact(self) -> CompactAnswer | ErrorAnswer:
         with self._lock:
-            return self.engine.answer_compact()
+            return self.engine.ask_compact()
 
     def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
         with self._lock:
-            return self.engine.answer_streams()
+            return self.engine.ask_streams()
 
     def current_pose(self) -> Pose | None:
         return self.engine.pose_provider()

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from memory_node.agent.client import MemoryClient
 from memory_node.agent.skills import MEMORY_SKILL_NAMES, Skill, SkillError
-from memory_node.core.contract import SaveNote
+from memory_node.core.contract import ErrorAnswer, SaveAnswer, SaveNote
 
 __all__ = ["SkillCallRecorder"]
 
@@ -73,7 +73,7 @@ class SkillCallRecorder:
                         ).to_json()
 
     def record(self, name: str, arguments: Mapping[str, Any], result: Any, *,
-               ok: bool = True) -> str | None:
+               ok: bool = True) -> SaveAnswer | ErrorAnswer | None:
         """Save the line when the filter selects `name`; returns memory's answer or None.
 
         Never raises: a memory that is down must not fail the skill call it records.
@@ -81,9 +81,10 @@ class SkillCallRecorder:
         if not self.wants(name) or (not ok and not self.record_failures):
             return None
         try:
-            answer = self.client.save(self.note_for(name, arguments, result, ok))
-            if not json.loads(answer).get("ok"):
-                log.warning("recording the call of %s failed: %s", name, answer)
+            answer = self.client.ask_save(self.note_for(name, arguments, result, ok))
+            if isinstance(answer, ErrorAnswer):
+                log.warning("recording the call of %s failed: %s: %s", name,
+                            answer.error.code, answer.error.message)
         except Exception:  # noqa: BLE001
             log.exception("recording the call of %s failed", name)
             return None

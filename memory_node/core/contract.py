@@ -458,8 +458,9 @@ class SaveNote(Request):
 # ---- answers --------------------------------------------------------------------------------
 
 class Answer(BaseModel):
-    """An answer: fields a server of another version adds are kept (extra="allow"), and the
-    fields in `omit_if_none` are left out of the JSON when unset."""
+    """An answer: fields a server of another version adds are kept (extra="allow"), the
+    fields in `omit_if_none` are left out of the JSON when unset, and `took_ms` (stamped when
+    the answer is done) is its last key, after any added field."""
 
     model_config = ConfigDict(extra="allow")
     omit_if_none: ClassVar[frozenset[str]] = frozenset()
@@ -470,6 +471,8 @@ class Answer(BaseModel):
         for name in self.omit_if_none:
             if out.get(name) is None:
                 out.pop(name, None)
+        if "took_ms" in out:
+            out["took_ms"] = out.pop("took_ms")
         return out
 
 

@@ -1,8 +1,11 @@
 """`MemoryEngine`: the one object that owns a memory directory and answers the JSON contract.
 
 The ROS query server and the in-process agent client both wrap it, so docs/design.md's JSON
-is implemented here once. Sensor ingestion (the recorder) goes through the typed methods
-`add_camera_frames`, `add_lidar_scan` and `add_observation`.
+is implemented here once. Each operation has one name, the service's verb (search, save,
+compact, streams): `ask_<verb>` answers the contract's models and `<verb>` the JSON text
+(see "The contract's operations" below and docs/architecture.md). Sensor ingestion (the
+recorder) goes through the typed methods `add_camera_frames`, `add_lidar_scan` and
+`add_observation`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from memory_node.core.contract import (
     Visit,
     VisitsAnswer,
     pose_out,
-    read_answer,
     unknown_name,
 )
 from memory_node.core.errors import BadRequest, ContractError, InternalError, Unavailable
@@ -110,7 +112,8 @@ def dumps(answer: Any) -> str:
 
 
 class MemoryEngine:
-    """Store + embedders + indexes + notes behind search/save/compact/streams.
+    """Store + embedders + indexes + notes behind search/save/compact/streams: `ask_search`
+    and the like answer the contract's models, `search` and the like their JSON text.
 
     `clock` gives "now" for "seconds ago" filters and note stamps (the ROS node clock, so
     simulated time works); `pose_provider` gives the robot's current pose for `save` and
@@ -411,57 +414,47 @@ class MemoryEngine:
             out.took_ms = took
         return out
 
-    # Typed calls that never raise (the in-process client's path: no JSON on the way). An
-    # engine subclass that still answers through the dict methods (the fleet engine) is
-    # served through them, so its answers stay its own.
-    def _overrides(self, name: str) -> bool:
-        return getattr(type(self), name) is not getattr(MemoryEngine, name)
+    # The contract's operations. One name per operation, the service's verb: search, save,
+    # compact, streams.
+    #   ask_<verb>(query) -> the contract's answer model (an ErrorAnswer on failure, never
+    #     raises); search and save take the request model or the request text, read with
+    #     this engine's limits (a parse error is the ErrorAnswer the text call answers).
+    #   <verb>(text) -> docs/design.md's JSON as the ROS service carries it: ask_<verb>
+    #     dumped.
+    #   _<verb>(model) -> the answer model, raising ContractError (the implementation).
+    # EngineClient and RosClient (agent/) answer the same ask_<verb> and <verb> names; the
+    # fleet engine overrides the _<verb> it answers otherwise.
+    def ask_search(self, query: SearchQuery | str
+                   ) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
+        """A search as the contract's models; `query` as a model or the request text."""
+        return self._guard(lambda: self._search(
+            query if isinstance(query, SearchQuery) else self.read_search(query)), "search")
 
-    def answer_search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer | ErrorAnswer:
-        if self._overrides("search_dict"):
-            return read_answer(self.search(query.to_json()), SearchAnswer)
-        return self._guard(lambda: self.run_query(query), "search")
+    def ask_save(self, note: SaveNote | str) -> SaveAnswer | ErrorAnswer:
+        """A save as the contract's models; `note` as a model or the request text."""
+        return self._guard(lambda: self._save(
+            note if isinstance(note, SaveNote) else self.read_save(note)), "save")
 
-    def answer_save(self, note: SaveNote) -> SaveAnswer | ErrorAnswer:
-        if self._overrides("save_dict"):
-            return read_answer(self.save(note.to_json()), SaveAnswer)
-        return self._guard(lambda: self.remember(note), "save")
+    def ask_compact(self) -> CompactAnswer | ErrorAnswer:
+        """One compaction pass as the contract's model."""
+        return self._guard(self._compact, "compact")
 
-    def answer_compact(self) -> CompactAnswer | ErrorAnswer:
-        if self._overrides("compact_dict"):
-            return read_answer(self.compact(), CompactAnswer)
-        return self._guard(self.run_compaction, "compact")
-
-    def answer_streams(self) -> StreamsAnswer | ErrorAnswer:
-        if self._overrides("streams_dict"):
-            return read_answer(self.streams(), StreamsAnswer)
-        return self._guard(self.list_streams, "streams")
+    def ask_streams(self) -> StreamsAnswer | ErrorAnswer:
+        """The streams and named places as the contract's model."""
+        return self._guard(self._streams, "streams")
 
     # The JSON strings of docs/design.md (the ROS server's and ROS clients' path).
     def search(self, query: str) -> str:
-        return dumps(self._guard(lambda: self.search_dict(query), "search"))
+        return dumps(self.ask_search(query))
 
     def save(self, note: str) -> str:
-        return dumps(self._guard(lambda: self.save_dict(note), "save"))
+        return dumps(self.ask_save(note))
 
     def compact(self) -> str:
-        return dumps(self._guard(self.compact_dict, "compact"))
+        return dumps(self.ask_compact())
 
     def streams(self) -> str:
-        return dumps(self._guard(self.streams_dict, "streams"))
-
-    # The answers as dicts (raise ContractError on failure): the JSON shape without the text.
-    def search_dict(self, query: str) -> dict[str, Any]:
-        return self.run_query(self.read_search(query)).model_dump()
-
-    def save_dict(self, note: str) -> dict[str, Any]:
-        return self.remember(self.read_save(note)).model_dump()
-
-    def compact_dict(self) -> dict[str, Any]:
-        return self.run_compaction().model_dump()
-
-    def streams_dict(self) -> dict[str, Any]:
-        return self.list_streams().model_dump()
+        return dumps(self.ask_streams())
 
     def read_search(self, query: str) -> SearchQuery:
         return read_search(query, max_bytes=self.config.max_query_bytes)
@@ -539,7 +532,8 @@ class MemoryEngine:
         """A payload straight to a plan (benchmarks time the two halves apart)."""
         return self.plan(self.read_search(query))
 
-    def run_query(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer:
+    def _search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer:
+        """`search`: the answer to one query; raises ContractError."""
         plan = self.plan(query)
         if plan.visits:
             return self.run_visits(plan)
@@ -628,11 +622,12 @@ class MemoryEngine:
             last=max(v.end for v in visits) if visits else None, notes=notes or None)
 
     # ---- save -----------------------------------------------------------------------------
-    def remember(self, note: SaveNote) -> SaveAnswer:
-        """`save`: a note stamped with the current pose and time (or a place name)."""
+    def _save(self, note: SaveNote) -> SaveAnswer:
+        """`save`: a note stamped with the current pose and time (or a place name); raises
+        ContractError."""
         if note.place is not None:
             return self.name_place(note)
-        return self.save_note(SaveRequest(text=note.text, tags=dict(note.tags or {})))
+        return self._save_note(SaveRequest(text=note.text, tags=dict(note.tags or {})))
 
     def name_place(self, req: SaveNote) -> SaveAnswer:
         """Name the current pose (or x, y) as a place, or remove a name; written to the
@@ -674,8 +669,10 @@ class MemoryEngine:
         except OSError as exc:
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
 
-    def save_note(self, req: SaveRequest, stream: str = "events",
-                  t: float | None = None, pose: Pose | None | str = "current") -> SaveAnswer:
+    def _save_note(self, req: SaveRequest, stream: str = "events",
+                   t: float | None = None, pose: Pose | None | str = "current") -> SaveAnswer:
+        """A note on `stream` at `t` and `pose` ("current": the pose provider's), written
+        to the Markdown notes first; compaction's summaries come through here too."""
         now = self.clock() if t is None else t
         if isinstance(pose, str):  # "current"
             pose = self.pose_provider()
@@ -751,7 +748,8 @@ class MemoryEngine:
                           folded=True)
 
     # ---- streams / compact ------------------------------------------------------------------
-    def list_streams(self) -> StreamsAnswer:
+    def _streams(self) -> StreamsAnswer:
+        """`streams`: each stream's counts and times, and the named places."""
         entries = [StreamInfo(**e) for e in self._store.stream_stats()]
         for entry in entries:
             if entry.name == "camera":
@@ -788,14 +786,15 @@ class MemoryEngine:
         from the clock of whatever process opens it later (see compact_clock)."""
         self._store.set_meta("recorded_clock", "sim" if simulated else "wall")
 
-    def run_compaction(self) -> CompactAnswer:
+    def _compact(self) -> CompactAnswer:
+        """`compact`: one pass (another one running: Unavailable)."""
         if not self._compact_lock.acquire(blocking=False):
             raise Unavailable("a compaction is already running")
         try:
             compactor = Compactor(
                 self._store, self.config, clock=self.clock, sync=self.sync,
                 vector_of=self._indexes.vector, llm_settings=self._llm_settings,
-                save_summary=lambda req, stream, t, pose: self.save_note(req, stream, t, pose))
+                save_summary=self._save_note)
             return CompactAnswer.model_validate(compactor.run())
         finally:
             self._compact_lock.release()

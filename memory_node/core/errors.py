@@ -41,7 +41,3 @@ class InternalError(ContractError):
 
 
 ERROR_CODES = ("bad_request", "not_active", "unavailable", "internal")
-
-
-def error_response(code: str, message: str) -> dict[str, Any]:
-    return {"ok": False, "error": {"code": code, "message": message}}

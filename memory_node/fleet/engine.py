@@ -177,13 +177,13 @@ class FleetEngine(MemoryEngine):
         return found[0]
 
     # ---- answers of its own -------------------------------------------------------------
-    def run_query(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer:
+    def _search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer:
         try:
-            return super().run_query(query)
+            return super()._search(query)
         except FleetUnavailable as exc:
             raise Unavailable(str(exc)) from None
 
-    def list_streams(self) -> StreamsAnswer:
+    def _streams(self) -> StreamsAnswer:
         """Every stream with per-robot counts, the places of every robot, and the robots."""
         store = self.fleet
         try:
@@ -194,11 +194,11 @@ class FleetEngine(MemoryEngine):
         except FleetUnavailable as exc:
             raise Unavailable(str(exc)) from None
 
-    def remember(self, note: SaveNote) -> SaveAnswer:
+    def _save(self, note: SaveNote) -> SaveAnswer:
         raise BadRequest("this memory serves the fleet store, which robots fill through "
                          "memory-sync: save the note on the robot's own memory")
 
-    def run_compaction(self) -> CompactAnswer:
+    def _compact(self) -> CompactAnswer:
         raise BadRequest("compaction runs on each robot's own memory (memory-sync brings "
                          "its archives to the fleet store)")
 

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -26,8 +26,9 @@ from rclpy.timer import Timer
 from std_msgs.msg import String
 
 from memory_node.core.config import ConfigError, MemoryConfig
-from memory_node.core.engine import MemoryEngine
-from memory_node.core.errors import Unavailable, error_response
+from memory_node.core.contract import ErrorAnswer, ResultItem, SearchAnswer, StreamsAnswer
+from memory_node.core.engine import MemoryEngine, dumps
+from memory_node.core.errors import Unavailable
 from memory_node.ros import params
 from memory_node.ros.common import (
     PoseTracker,
@@ -55,6 +56,8 @@ The query server alone (a lifecycle node): /memory/search, /memory/save, /memory
 RECORDER_STATS_MAX_AGE_S = 30.0
 # A request slower than this is logged: clients give up after a few seconds.
 SLOW_REQUEST_S = 5.0
+
+A = TypeVar("A")  # an answer model
 
 SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
             "streams": "/memory/streams"}
@@ -232,18 +235,20 @@ class MemoryServer(LifecycleNode):
             self.get_logger().warning(f"index maintenance failed: {exc}")
 
     # ---- services -----------------------------------------------------------------------
-    def _call(self, fn: Callable[[MemoryEngine], str]) -> str:
+    def _call(self, fn: Callable[[MemoryEngine], A]) -> A | ErrorAnswer:
+        """One request's answer model (the engine's `ask_*`), or the refusal: not active,
+        or too many requests waiting."""
         eng = self.engine
         if not self._active or eng is None:
-            return json.dumps(error_response(
-                "not_active", f"memory server is not active (state: {self._state_label()})"))
+            return ErrorAnswer.of(
+                "not_active", f"memory server is not active (state: {self._state_label()})")
         limit = int(self.settings["max_pending_requests"])
         with self._admission:
             if self._in_flight >= limit:
                 self.refused += 1
-                return json.dumps(error_response(
+                return ErrorAnswer.of(
                     "unavailable", f"busy: {limit} requests are already waiting "
-                    "(max_pending_requests); try again shortly"))
+                    "(max_pending_requests); try again shortly")
             self._in_flight += 1
         start = time.monotonic()
         try:
@@ -263,51 +268,49 @@ class MemoryServer(LifecycleNode):
             return "unknown"
 
     def _on_search(self, request: Any, response: Any) -> Any:
-        response.result.data = self._call(lambda e: e.search(request.query.data))
-        if self.markers.get_subscription_count() > 0:
-            self._publish_markers(response.result.data)
+        # The model draws the markers; its JSON (what engine.search answers) is the reply.
+        answer = self._call(lambda e: e.ask_search(request.query.data))
+        response.result.data = dumps(answer)
+        if isinstance(answer, SearchAnswer) and self.markers.get_subscription_count() > 0:
+            self._publish_markers(answer.results)
         return response
 
-    def _publish_markers(self, answer: str) -> None:
+    def _publish_markers(self, results: list[ResultItem]) -> None:
         """Each search's hits as spheres + labels on /memory/markers (RViz, Foxglove)."""
         from visualization_msgs.msg import Marker, MarkerArray
 
-        try:
-            results = json.loads(answer).get("results") or []
-        except ValueError:
-            return
         arr = MarkerArray()
         clear = Marker()
         clear.action = Marker.DELETEALL
         arr.markers.append(clear)
         stamp = self.get_clock().now().to_msg()
         for i, r in enumerate(results):
-            pose = r.get("pose") or {}
-            if pose.get("x") is None:
+            pose = r.pose
+            if pose.x is None or pose.y is None:
                 continue
             for kind in (Marker.SPHERE, Marker.TEXT_VIEW_FACING):
                 m = Marker()
-                m.header.frame_id = pose.get("frame") or "map"
+                m.header.frame_id = pose.frame or "map"
                 m.header.stamp = stamp
                 m.ns = "memory_hits" if kind == Marker.SPHERE else "memory_labels"
                 m.id, m.type, m.action = i, kind, Marker.ADD
-                m.pose.position.x, m.pose.position.y = float(pose["x"]), float(pose["y"])
+                m.pose.position.x, m.pose.position.y = float(pose.x), float(pose.y)
                 m.pose.position.z = 0.3 if kind == Marker.SPHERE else 0.8
                 m.pose.orientation.w = 1.0
                 m.scale.x = m.scale.y = m.scale.z = 0.3 if kind == Marker.SPHERE else 0.25
                 m.color.r, m.color.g, m.color.b, m.color.a = 1.0, 0.4, 0.1, 0.9
                 if kind == Marker.TEXT_VIEW_FACING:
                     m.color.r = m.color.g = m.color.b = 1.0
-                    m.text = f"#{r.get('id')} {r.get('stream')}: {(r.get('text') or '')[:40]}"
+                    m.text = f"#{r.id} {r.stream}: {(r.text or '')[:40]}"
                 arr.markers.append(m)
         self.markers.publish(arr)
 
     def _on_save(self, request: Any, response: Any) -> Any:
-        response.result.data = self._call(lambda e: e.save(request.note.data))
+        response.result.data = dumps(self._call(lambda e: e.ask_save(request.note.data)))
         return response
 
     def _on_compact(self, request: Any, response: Any) -> Any:
-        response.result.data = self._call(lambda e: e.compact())
+        response.result.data = dumps(self._call(lambda e: e.ask_compact()))
         return response
 
     def _on_recorder_stats(self, msg: Any) -> None:
@@ -331,25 +334,24 @@ class MemoryServer(LifecycleNode):
                 if isinstance(entry, dict) and "status" in entry}
 
     def _on_streams(self, request: Any, response: Any) -> Any:
-        response.result.data = self._call(
-            lambda e: with_recorder_status(e.streams(), self.recorder_status()))
+        answer = self._call(lambda e: e.ask_streams())
+        response.result.data = with_recorder_status(answer, self.recorder_status())
         return response
 
 
-def with_recorder_status(answer: str, status: dict[str, dict] | None) -> str:
-    """The streams answer with each recorded stream's `status` and `topic`, and a
+def with_recorder_status(answer: StreamsAnswer | ErrorAnswer,
+                         status: dict[str, dict] | None) -> str:
+    """The streams answer's JSON with each recorded stream's `status` and `topic`, and a
     `recorder` object naming every sensor stream's state (also those with no rows yet: "my
     camera memory is not recording")."""
-    if not status:
-        return answer
-    out = json.loads(answer)
-    if not out.get("ok"):
-        return answer
+    if not status or not isinstance(answer, StreamsAnswer):
+        return dumps(answer)
+    out = answer.model_dump()
     for entry in out.get("streams", []):
         if entry.get("name") in status:
             entry.update(status[entry["name"]])
     out["recorder"] = status
-    return json.dumps(out, ensure_ascii=False, separators=(", ", ": "))
+    return dumps(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 from engine_support import FakeClock, PoseBox
 from engine_support import make_engine as _make_engine
 
+from memory_node.core.contract import SaveAnswer, SaveNote
 from memory_node.core.engine import MemoryEngine
-from memory_node.core.query import SaveRequest
 from memory_node.core.types import Pose
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,13 +48,24 @@ def seed(engine: MemoryEngine, now: float) -> dict[str, int]:
         {"brightness": 0.2, "colors": ["gray"], "person": False},
         "dark scene; mostly gray; no people")
     engine.add_lidar_scan(now - 200, Pose(1.0, -0.5), [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
-    ids["bob"] = int(engine.save_note(
-        SaveRequest("Met Bob at the front door; he asked for a glass of water."),
-        t=now - 120, pose=Pose(1.0, -0.3, yaw=0.0)).id)
-    ids["kitchen"] = int(engine.save_note(
-        SaveRequest("The kitchen is at the end of the hall."),
-        t=now - 60, pose=Pose(5.5, 4.2, yaw=3.1416)).id)
+    ids["bob"] = _note_at(engine, "Met Bob at the front door; he asked for a glass of water.",
+                          now - 120, Pose(1.0, -0.3, yaw=0.0))
+    ids["kitchen"] = _note_at(engine, "The kitchen is at the end of the hall.", now - 60,
+                              Pose(5.5, 4.2, yaw=3.1416))
     return ids
+
+
+def _note_at(engine: MemoryEngine, text: str, t: float, pose: Pose) -> int:
+    """A note saved through the engine's `save` as if the robot stood at `pose` at `t`."""
+    clock, pose_provider = engine.clock, engine.pose_provider
+    engine.clock, engine.pose_provider = (lambda: t), (lambda: pose)
+    try:
+        answer = engine.ask_save(SaveNote(note=text))
+    finally:
+        engine.clock, engine.pose_provider = clock, pose_provider
+    assert isinstance(answer, SaveAnswer), answer
+    assert answer.id is not None and not answer.folded, answer
+    return answer.id
 
 
 def seed_dir(root: Path, now: float | None = None) -> dict[str, int]:

@@ -114,6 +114,52 @@ def test_raw_answers_equal_in_process_answers(setup):
     assert strip(setup.ros.streams()) == strip(setup.local.streams())
 
 
+def test_the_servers_reply_is_the_engines_json_and_its_markers_draw_it(setup):
+    """The server answers a search with the JSON `engine.search` gives (byte for byte but
+    for the time it took) and draws the same answer's hits on /memory/markers."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    query = '{"stream": "camera", "semantic_query": "a person", "k": 2}'
+    ctx = Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("test_marker_listener", context=ctx)
+    got: list[Any] = []
+    node.create_subscription(MarkerArray, "/memory/markers", got.append, 10)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+
+    def reply_with_markers() -> str | None:
+        """A search's reply once the server draws it (it draws for a subscriber it knows)."""
+        got.clear()
+        reply = setup.ros.search(query)
+        deadline = time.monotonic() + 2.0
+        while not got and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+        return reply if got else None
+
+    try:
+        reply = wait_until(reply_with_markers, "markers drawn for a search", timeout=60)
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        ctx.try_shutdown()
+    took = re.compile(r', "took_ms": [0-9.e+-]+')
+    assert took.sub("", reply) == took.sub("", setup.local.engine.search(query))
+    results = json.loads(reply)["results"]
+    assert [r["id"] for r in results] == [setup.ids["door"], setup.ids["hall"]]
+    [clear, *drawn] = got[-1].markers
+    assert clear.action == Marker.DELETEALL
+    spheres = [m for m in drawn if m.type == Marker.SPHERE]
+    labels = [m for m in drawn if m.type == Marker.TEXT_VIEW_FACING]
+    assert [(m.pose.position.x, m.pose.position.y, m.header.frame_id) for m in spheres] == [
+        (r["pose"]["x"], r["pose"]["y"], r["pose"]["frame"]) for r in results]
+    assert [m.text for m in labels] == [
+        f"#{r['id']} camera: {r['text'][:40]}" for r in results]
+
+
 @pytest.mark.parametrize("name, kwargs", [
     ("list_memory_streams", {}),
     ("query_memory", {"stream": "camera", "semantic_query": "a person"}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from chat_server import ChatServer
 from engine_support import T0, FakeClock, PoseBox, make_engine
 
-from memory_node.core.engine import CameraFrame
+from memory_node.core.contract import ErrorAnswer, SaveAnswer, SearchAnswer, VisitsAnswer
+from memory_node.core.engine import CameraFrame, dumps
 from memory_node.core.llm import LLMSettings
 from memory_node.core.types import Pose
 
@@ -319,3 +321,46 @@ def test_schema_1_store_is_migrated_and_a_newer_one_refused(tmp_path):
     st.close()
     with pytest.raises(RuntimeError, match="newer than this memory_node"):
         SqliteObservationStore(root / "memory.db")
+
+
+TOOK_MS = re.compile(r', "took_ms": [0-9.e+-]+')
+
+
+def same_but_took_ms(a: str, b: str) -> bool:
+    """Two answers' JSON texts byte for byte, but for the time each took."""
+    return TOOK_MS.sub("", a) == TOOK_MS.sub("", b)
+
+
+def test_each_operation_answers_one_model_as_text_or_model(env):
+    """`search(text)` is `ask_search(text)` dumped; the request as text or as its model gets
+    the same answer, and a request that does not parse is the same ErrorAnswer either way."""
+    eng, clock, pose, root = env
+    saved = eng.ask_save('{"note": "Met Alice at the front door.", "tags": {"person": "Alice"}}')
+    assert isinstance(saved, SaveAnswer) and saved.indexed and saved.pose.x == 1.0
+    eng.add_observation("odom", T0 - 5, Pose(1.0, 2.0))
+    texts = ['{"stream": "events", "semantic_query": "who was at the door", "k": 3}',
+             "who was at the door",
+             '{"stream": "odom", "near_x": 1.0, "near_y": 2.0, "radius": 1, "visits": true}',
+             '{"stream": "nowhere"}', '{"k": "five"}', "{not json",
+             "x" * (eng.config.max_query_bytes + 1)]
+    answers = [eng.ask_search(text) for text in texts]
+    assert [type(a) for a in answers] == [SearchAnswer, SearchAnswer, VisitsAnswer,
+                                          *[ErrorAnswer] * 4]
+    assert answers[0].results[0].text == "Met Alice at the front door."
+    for text, answer in zip(texts, answers, strict=True):
+        assert same_but_took_ms(eng.search(text), dumps(answer)), text
+    for text in texts[:3]:
+        assert same_but_took_ms(dumps(eng.ask_search(eng.read_search(text))),
+                                eng.search(text)), text
+    assert [a.error.code for a in answers[3:]] == ["bad_request"] * 4
+    assert "nowhere" in answers[3].error.message and "k" in answers[4].error.message
+
+    for bad in ("", '{"note": 5}', "y" * (eng.config.max_note_bytes + 1)):
+        refused = eng.ask_save(bad)
+        assert isinstance(refused, ErrorAnswer) and refused.error.code == "bad_request"
+        assert same_but_took_ms(eng.save(bad), dumps(refused)), bad
+    assert same_but_took_ms(eng.streams(), dumps(eng.ask_streams()))
+    assert {s["name"]: s["count"] for s in json.loads(eng.streams())["streams"]} == {
+        "events": 1, "odom": 1}
+    # Nothing is old enough to compact: a second pass answers what the first did.
+    assert same_but_took_ms(eng.compact(), dumps(eng.ask_compact()))

@@ -36,7 +36,8 @@ def tf(parent: str, child: str, t: float, x: float = 0.0, y: float = 0.0,
 
 
 def rows(engine, stream: str = "odom") -> list[dict]:
-    answer = engine.search_dict(json.dumps({"stream": stream, "k": 100, "order_by": "time"}))
+    answer = engine.ask_search(json.dumps({"stream": stream, "k": 100, "order_by": "time"})
+                               ).model_dump()
     assert answer["ok"], answer
     return answer["results"]
 

@@ -108,8 +108,8 @@ def _tf(parent: str, child: str, x: float, t: float) -> bytes:
 
 def _odom_rows(rec: MemoryRecorder) -> list[dict]:
     assert rec.drain(30.0)
-    answer = rec.engine.search_dict(json.dumps({"stream": "odom", "k": 100,
-                                                "order_by": "time"}))
+    answer = rec.engine.ask_search(json.dumps({"stream": "odom", "k": 100,
+                                               "order_by": "time"})).model_dump()
     assert answer["ok"], answer
     return answer["results"]
 
@@ -254,8 +254,8 @@ def test_simulator_header_times_beside_a_wall_clock_share_one_timeline(recorder,
         recorder._on_odom(_odom(0.6 * i, t))
     assert recorder.drain(30.0)
     now = time.time()
-    answer = recorder.engine.search_dict(json.dumps({"stream": "odom", "after_seconds_ago": 600,
-                                                     "k": 100, "order_by": "time"}))
+    answer = recorder.engine.ask_search(json.dumps({"stream": "odom", "after_seconds_ago": 600,
+                                                    "k": 100, "order_by": "time"})).model_dump()
     assert answer["ok"], answer
     rows = answer["results"]
     if not found:
@@ -291,8 +291,8 @@ def test_go2_ros2_sdk_tf_topology_poses_rows_and_reports_the_kind_change(recorde
 
 def _lidar_rows(rec: MemoryRecorder) -> list[dict]:
     assert rec.drain(30.0)
-    answer = rec.engine.search_dict(json.dumps({"stream": "lidar", "k": 100,
-                                                "order_by": "time"}))
+    answer = rec.engine.ask_search(json.dumps({"stream": "lidar", "k": 100,
+                                               "order_by": "time"})).model_dump()
     assert answer["ok"], answer
     return answer["results"]
 

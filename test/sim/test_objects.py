@@ -105,7 +105,7 @@ def test_object_questions_answered_through_the_caption_pipeline(recorded: Path,
     with contextlib.ExitStack() as stack:
         engine = memeval.camera_variant(recorded, tmp_path, truth, NOW, "standin", False,
                                         600.0, lambda s: None, stack, timeout_s=300)
-        cam = next(e for e in engine.list_streams().streams if e.name == "camera")
+        cam = memeval.camera_stream(engine)
         assert cam.pending == 0 and cam.failed == 0 and cam.captioned > 10
         # novel views only: fewer captions than keyframes
         assert cam.captioned < cam.count
