@@ -212,27 +212,31 @@ class View:
                 "hfov": round(self.hfov, 4), "range": round(self.range, 3)}
 
 
-def _segment_distance(px: float, py: float, ax: float, ay: float, bx: float,
-                      by: float) -> float:
-    dx, dy = bx - ax, by - ay
-    length2 = dx * dx + dy * dy
-    s = 0.0 if length2 == 0 else max(0.0, min(1.0, ((px - ax) * dx + (py - ay) * dy) / length2))
-    return math.hypot(px - (ax + s * dx), py - (ay + s * dy))
-
-
 def view_covers(x: float, y: float, yaw: float, hfov: float, rng: float, px: float, py: float,
                 radius: float) -> bool:
     """Whether the disc (px, py, radius) meets the sector at (x, y) along yaw (pure numbers:
-    the SQLite store calls it as a function)."""
-    d = math.hypot(px - x, py - y)
+    the SQLite store calls it as a function). Written operation for operation as the fleet's
+    `memory_view_covers` (fleet/schema.sql), so both decide alike to the last bit."""
+    d = math.sqrt((px - x) * (px - x) + (py - y) * (py - y))
     if d <= radius:
         return True
     if d > rng + radius:
         return False
     half = hfov / 2
-    if abs(normalize_angle(math.atan2(py - y, px - x) - yaw)) <= half:
+    # the bearing's angle to the heading, wrapped to (-pi, pi]
+    w = math.atan2(py - y, px - x) - yaw + math.pi
+    w = w - 2 * math.pi * float(math.trunc(w / (2 * math.pi)))
+    if w <= 0:
+        w = w + 2 * math.pi
+    if abs(w - math.pi) <= half:
         return True
-    for a in (yaw - half, yaw + half):
-        if _segment_distance(px, py, x, y, x + rng * math.cos(a), y + rng * math.sin(a)) <= radius:
+    for a in (yaw - half, yaw + half):  # the sector's two edges: the disc's distance to each
+        dx = rng * math.cos(a)
+        dy = rng * math.sin(a)
+        l2 = dx * dx + dy * dy
+        s = 0.0 if l2 == 0 else max(0.0, min(1.0, ((px - x) * dx + (py - y) * dy) / l2))
+        qx = px - (x + s * dx)
+        qy = py - (y + s * dy)
+        if math.sqrt(qx * qx + qy * qy) <= radius:
             return True
     return False

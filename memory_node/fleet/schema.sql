@@ -86,13 +86,29 @@ ALTER TABLE memory_observations
 CREATE INDEX IF NOT EXISTS memory_obs_map_view ON memory_observations
     USING gist (map_id, view_box) WHERE view_box IS NOT NULL;
 
+-- a * b and a / b as IEEE arithmetic (and SQLite, numpy, Python) give them: PostgreSQL raises
+-- "value out of range: underflow" where a result of non-zero numbers rounds to 0, so these
+-- decide that case on numbers scaled by 2^600 (exact) and answer 0 without the error.
+CREATE OR REPLACE FUNCTION memory_mul(a float8, b float8) RETURNS float8
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN a = 0 OR b = 0 OR abs(a) >= 1 OR abs(b) >= 1
+                     OR (abs(a) >= 2::float8 ^ -537 AND abs(b) >= 2::float8 ^ -537) THEN a * b
+                WHEN abs((a * 2::float8 ^ 600) * (b * 2::float8 ^ 600)) <= 2::float8 ^ 125
+                     THEN 0::float8
+                ELSE a * b END $$;
+CREATE OR REPLACE FUNCTION memory_div(a float8, b float8) RETURNS float8
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN a = 0 OR abs(b) <= 1 OR abs(a) >= 1 THEN a / b
+                WHEN abs((a * 2::float8 ^ 600) / b) <= 2::float8 ^ -475 THEN 0::float8
+                ELSE a / b END $$;
+
 -- Whether the disc (px, py, r) meets the sector at (x, y) along yaw, hfov wide, rng deep: the
 -- same test as the robot's store (memory_node/core/types.py, view_covers).
 CREATE OR REPLACE FUNCTION memory_view_covers(x float8, y float8, yaw float8, hfov float8,
         rng float8, px float8, py float8, r float8) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
-    d float8 := sqrt((px - x) * (px - x) + (py - y) * (py - y));
+    d float8 := sqrt(memory_mul(px - x, px - x) + memory_mul(py - y, py - y));
     half float8 := hfov / 2;
     w float8; a float8; dx float8; dy float8; l2 float8; s float8; qx float8; qy float8;
 BEGIN
@@ -104,14 +120,15 @@ BEGIN
     IF w <= 0 THEN w := w + 2 * pi(); END IF;
     IF abs(w - pi()) <= half THEN RETURN true; END IF;
     FOREACH a IN ARRAY ARRAY[yaw - half, yaw + half] LOOP
-        dx := rng * cos(a);
-        dy := rng * sin(a);
-        l2 := dx * dx + dy * dy;
+        dx := memory_mul(rng, cos(a));
+        dy := memory_mul(rng, sin(a));
+        l2 := memory_mul(dx, dx) + memory_mul(dy, dy);
         s := CASE WHEN l2 = 0 THEN 0
-                  ELSE greatest(0, least(1, ((px - x) * dx + (py - y) * dy) / l2)) END;
-        qx := px - (x + s * dx);
-        qy := py - (y + s * dy);
-        IF sqrt(qx * qx + qy * qy) <= r THEN RETURN true; END IF;
+                  ELSE greatest(0, least(1, memory_div(memory_mul(px - x, dx)
+                                                       + memory_mul(py - y, dy), l2))) END;
+        qx := px - (x + memory_mul(s, dx));
+        qy := py - (y + memory_mul(s, dy));
+        IF sqrt(memory_mul(qx, qx) + memory_mul(qy, qy)) <= r THEN RETURN true; END IF;
     END LOOP;
     RETURN false;
 END $$;

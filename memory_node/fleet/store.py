@@ -111,13 +111,22 @@ def hnsw_index_name(model_id: str) -> str:
 
 
 def _jsonb_values(value: Any) -> list[str]:
-    """The JSON texts a tag equality filter matches (SQLite's json_extract sees true as 1)."""
+    """The JSON texts a tag equality filter matches (SQLite's json_extract sees true as 1, so
+    true equals 1 and 1.0, and 0.0 equals false)."""
     out = [json.dumps(value)]
     if isinstance(value, bool):
         out.append(json.dumps(int(value)))
-    elif isinstance(value, int) and value in (0, 1):
+    elif isinstance(value, (int, float)) and value in (0, 1):
         out.append(json.dumps(bool(value)))
     return out
+
+
+# The largest float whose square is 0.0 in IEEE arithmetic. PostgreSQL raises "value out of
+# range: underflow" where a product of non-zero numbers rounds to 0 (SQLite and numpy give 0),
+# so a difference this small is squared as 0 by hand: the same result, without the error.
+SQUARE_ZERO = float.fromhex("0x1.6a09e667f3bccp-538")
+# (column - %s)², its parameters: the centre, SQUARE_ZERO, the centre twice.
+_SQUARE = "(CASE WHEN abs({0} - %s) <= %s THEN 0 ELSE ({0} - %s) * ({0} - %s) END)"
 
 
 class FleetStore:
@@ -524,8 +533,8 @@ class FleetStore:
             # The GiST index finds the circle (PostgreSQL's geometry allows 1e-6 slack); the
             # squared distance then decides exactly as the local store does.
             stand = ("(o.x IS NOT NULL AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
-                     " AND ((o.x - %s) * (o.x - %s) + (o.y - %s) * (o.y - %s)) <= %s)")
-            sparams = [nx, ny, r, nx, nx, ny, ny, r * r]
+                     f" AND ({_SQUARE.format('o.x')} + {_SQUARE.format('o.y')}) <= %s)")
+            sparams = [nx, ny, r, nx, SQUARE_ZERO, nx, nx, ny, SQUARE_ZERO, ny, ny, r * r]
             if req.seen_near:
                 # ... or a camera view that covers the disc: its box meets the disc's, then
                 # the sector test of the robot's store.

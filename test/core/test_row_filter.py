@@ -144,3 +144,13 @@ def test_map_filters_only_with_near():
     seen = RowFilter(near=(4.0, 0.0), radius=0.5, seen_near=True, map_id="home")
     assert seen.matches(_obs(xy=None, view=view), map_id="home")
     assert not seen.matches(_obs(xy=None, view=view), map_id="lab")
+
+
+def test_a_centre_a_hair_off_a_row_squares_its_distance_to_zero():
+    # A difference below 1.6e-162 squares to 0.0 in float64 (the PostgreSQL compiler once
+    # raised "underflow" there instead): the row is in even a zero-radius disc.
+    row = _obs(xy=(0.0, 0.0), view=View(0.0, 0.0, 0.0, 1.0, 5.0))
+    assert RowFilter(near=(5e-324, 0.0), radius=0.0).matches(row)
+    assert RowFilter(near=(0.0, 1e-170), radius=0.0, seen_near=True).matches(_obs(
+        xy=None, view=View(0.0, 0.0, 0.0, 1.0, 5.0)))
+    assert not RowFilter(near=(1e-160, 0.0), radius=0.0).matches(row)
