@@ -690,7 +690,11 @@ class SqliteObservationStore(ObservationStore):
         if req.near is not None:
             nx, ny = req.near
             r = req.radius
-            box = [nx + r, nx - r, ny + r, ny - r]
+            # The box only narrows the rows the exact disc test then decides; it reaches a hair
+            # past the disc, since float64 rounding (a tiny difference squares to 0) can put a
+            # row just outside |x - nx| <= r in the disc.
+            m = (abs(nx) + abs(ny) + r) * 1e-12 + 1e-150
+            box = [nx + r + m, nx - r - m, ny + r + m, ny - r - m]
             in_disc = "((o.x - ?) * (o.x - ?) + (o.y - ?) * (o.y - ?)) <= ?"
             disc = [nx, nx, ny, ny, r * r]
             if req.include_archived:  # archived rows are not in the R*Tree: a plain range
