@@ -152,6 +152,13 @@ class RowFilter:
         return self.seen_near and obs.view is not None and obs.view.covers(nx, ny, r)
 
 
+def disc_slack(near: tuple[float, float], radius: float) -> float:
+    """How far past the disc a box or circle that pre-selects rows for the exact disc test
+    must reach: float64 rounding can put a row a few ulps outside |x - nx| <= r in the disc
+    (and a difference below 1.6e-162 squares to 0)."""
+    return (abs(near[0]) + abs(near[1]) + radius) * 1e-12 + 1e-150
+
+
 _RANGE_OPS: dict[str, Any] = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b,
                               "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b}
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from memory_node.core.places import Place
 from memory_node.core.query import SearchRequest
-from memory_node.core.types import Observation, Pose, RowFilter
+from memory_node.core.types import Observation, Pose, RowFilter, disc_slack
 from memory_node.fleet.credentials import redact, scrub
 
 log = logging.getLogger("memory_node.fleet")
@@ -530,18 +530,21 @@ class FleetStore:
             r = float(req.radius)
             on_map = "o.map_id = %s AND " if filt.map_id is not None else ""
             map_param = [filt.map_id] if filt.map_id is not None else []
-            # The GiST index finds the circle (PostgreSQL's geometry allows 1e-6 slack); the
-            # squared distance then decides exactly as the local store does.
+            # The GiST index finds a circle a hair wider than the disc (its distance is a
+            # hypot, not the squares); the squared distance then decides exactly as the local
+            # store does.
+            m = disc_slack(req.near, r)
             stand = ("(o.x IS NOT NULL AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
                      f" AND ({_SQUARE.format('o.x')} + {_SQUARE.format('o.y')}) <= %s)")
-            sparams = [nx, ny, r, nx, SQUARE_ZERO, nx, nx, ny, SQUARE_ZERO, ny, ny, r * r]
+            sparams = [nx, ny, r + m, nx, SQUARE_ZERO, nx, nx, ny, SQUARE_ZERO, ny, ny, r * r]
             if req.seen_near:
                 # ... or a camera view that covers the disc: its box meets the disc's, then
                 # the sector test of the robot's store.
                 conds.append(f"{on_map}({stand} OR (o.view_box && box(point(%s, %s),"
                              " point(%s, %s)) AND memory_view_covers(o.view_x, o.view_y,"
                              " o.view_yaw, o.view_hfov, o.view_range, %s, %s, %s)))")
-                params += [*map_param, *sparams, nx - r, ny - r, nx + r, ny + r, nx, ny, r]
+                params += [*map_param, *sparams, nx - r - m, ny - r - m, nx + r + m,
+                           ny + r + m, nx, ny, r]
             else:
                 conds.append(f"{on_map}{stand}")
                 params += [*map_param, *sparams]
