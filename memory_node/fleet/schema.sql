@@ -102,21 +102,21 @@ CREATE OR REPLACE FUNCTION memory_div(a float8, b float8) RETURNS float8
                 WHEN abs((a * 2::float8 ^ 600) / b) <= 2::float8 ^ -475 THEN 0::float8
                 ELSE a / b END $$;
 
--- Whether the disc (px, py, r) meets the sector at (x, y) along yaw, hfov wide, rng deep: the
--- same test as the robot's store (memory_node/core/types.py, view_covers).
-CREATE OR REPLACE FUNCTION memory_view_covers(x float8, y float8, yaw float8, hfov float8,
+-- memory_view_covers for any numbers: every product and quotient through memory_mul and
+-- memory_div (slower; taken where a number is outside what can underflow there).
+CREATE OR REPLACE FUNCTION memory_view_covers_exact(x float8, y float8, yaw float8, hfov float8,
         rng float8, px float8, py float8, r float8) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
     d float8 := sqrt(memory_mul(px - x, px - x) + memory_mul(py - y, py - y));
-    half float8 := hfov / 2;
+    half float8 := memory_div(hfov, 2);
     w float8; a float8; dx float8; dy float8; l2 float8; s float8; qx float8; qy float8;
 BEGIN
     IF d <= r THEN RETURN true; END IF;
     IF d > rng + r THEN RETURN false; END IF;
     -- the bearing's angle to the heading, wrapped to (-pi, pi]
     w := atan2(py - y, px - x) - yaw + pi();
-    w := w - 2 * pi() * trunc(w / (2 * pi()));
+    w := w - 2 * pi() * trunc(memory_div(w, 2 * pi()));
     IF w <= 0 THEN w := w + 2 * pi(); END IF;
     IF abs(w - pi()) <= half THEN RETURN true; END IF;
     FOREACH a IN ARRAY ARRAY[yaw - half, yaw + half] LOOP
@@ -129,6 +129,48 @@ BEGIN
         qx := px - (x + memory_mul(s, dx));
         qy := py - (y + memory_mul(s, dy));
         IF sqrt(memory_mul(qx, qx) + memory_mul(qy, qy)) <= r THEN RETURN true; END IF;
+    END LOOP;
+    RETURN false;
+END $$;
+
+-- Whether the disc (px, py, r) meets the sector at (x, y) along yaw, hfov wide, rng deep: the
+-- same test, operation for operation, as the robot's store (memory_node/core/types.py,
+-- view_covers). With coordinates and yaw 0 or within 1e-9..1e9 in size, hfov 0 or within
+-- 1e-9..1e3, range within 1e-6..1e6 and r below 1e30 no product or quotient below can round
+-- to 0 (nor overflow), so plain float8 arithmetic runs; other numbers take the _exact twin.
+CREATE OR REPLACE FUNCTION memory_view_covers(x float8, y float8, yaw float8, hfov float8,
+        rng float8, px float8, py float8, r float8) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    d float8; half float8;
+    w float8; a float8; dx float8; dy float8; l2 float8; s float8; qx float8; qy float8;
+BEGIN
+    IF NOT ((x = 0 OR abs(x) BETWEEN 1e-9 AND 1e9) AND (y = 0 OR abs(y) BETWEEN 1e-9 AND 1e9)
+            AND (px = 0 OR abs(px) BETWEEN 1e-9 AND 1e9)
+            AND (py = 0 OR abs(py) BETWEEN 1e-9 AND 1e9)
+            AND (yaw = 0 OR abs(yaw) BETWEEN 1e-9 AND 1e9)
+            AND (hfov = 0 OR abs(hfov) BETWEEN 1e-9 AND 1e3)
+            AND rng BETWEEN 1e-6 AND 1e6 AND abs(r) < 1e30) THEN
+        RETURN memory_view_covers_exact(x, y, yaw, hfov, rng, px, py, r);
+    END IF;
+    d := sqrt((px - x) * (px - x) + (py - y) * (py - y));
+    IF d <= r THEN RETURN true; END IF;
+    IF d > rng + r THEN RETURN false; END IF;
+    half := hfov / 2;
+    -- the bearing's angle to the heading, wrapped to (-pi, pi]
+    w := atan2(py - y, px - x) - yaw + pi();
+    w := w - 2 * pi() * trunc(w / (2 * pi()));
+    IF w <= 0 THEN w := w + 2 * pi(); END IF;
+    IF abs(w - pi()) <= half THEN RETURN true; END IF;
+    FOREACH a IN ARRAY ARRAY[yaw - half, yaw + half] LOOP
+        dx := rng * cos(a);
+        dy := rng * sin(a);
+        l2 := dx * dx + dy * dy;
+        s := CASE WHEN l2 = 0 THEN 0
+                  ELSE greatest(0, least(1, ((px - x) * dx + (py - y) * dy) / l2)) END;
+        qx := px - (x + s * dx);
+        qy := py - (y + s * dy);
+        IF sqrt(qx * qx + qy * qy) <= r THEN RETURN true; END IF;
     END LOOP;
     RETURN false;
 END $$;

@@ -6,11 +6,12 @@ compilers are held to the same reference in test/core/test_filter_compilers.py.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from filter_support import Stored, StoredRow, fill_store, row_filters
 from hypothesis import HealthCheck, example, given, settings
 
-from memory_node.core.types import RowFilter
+from memory_node.core.types import RowFilter, view_covers
 from memory_node.fleet.store import FleetStore
 from memory_node.fleet.sync import FleetSync
 
@@ -63,3 +64,28 @@ def test_postgres_selects_what_matches_passes(fleet, filt: RowFilter):
     want = {(s.robot, s.obs.id) for s in fleet.rows if filt.matches(s.obs, s.robot, s.map_id)}
     got = _selected(fleet.store, filt)
     assert got == want, fleet.explain(got, want, lambda s: (s.robot, s.obs.id))
+
+
+def test_the_sector_test_decides_as_the_robots(fleet):
+    """memory_view_covers (plain float8 for everyday numbers) and memory_view_covers_exact
+    (any numbers) answer as the robot's view_covers, case by case, tiny and huge numbers too."""
+    rng = np.random.default_rng(3)
+    cases = []
+    for i in range(3000):
+        x, y, px, py = (float(v) for v in np.round(rng.uniform(-6, 6, 4) * 2) / 2)
+        if i % 3 == 0:  # a centre a hair off the camera
+            px, py = x + float(rng.choice([5e-324, 1e-170, -1e-161, 1e-12])), y
+        view = (x, y, float(rng.uniform(-4, 4)), float(rng.uniform(0.01, 3.0)),
+                float(rng.choice([1e-7, 0.5, 3.0, 6.0, 2e6])))
+        cases.append((*view, px, py, float(rng.choice([0.0, 1e-300, 0.5, 1.0, 2.5]))))
+    cols = [list(c) for c in zip(*cases, strict=True)]
+    got = fleet.store.run(lambda c: c.execute(
+        "SELECT memory_view_covers(a, b, c, d, e, f, g, h),"
+        " memory_view_covers_exact(a, b, c, d, e, f, g, h)"
+        " FROM unnest(%s::float8[], %s::float8[], %s::float8[], %s::float8[], %s::float8[],"
+        " %s::float8[], %s::float8[], %s::float8[]) AS t(a, b, c, d, e, f, g, h)",
+        cols).fetchall())
+    want = [view_covers(*c) for c in cases]
+    assert [g[0] for g in got] == want
+    assert [g[1] for g in got] == want
+    assert 0.1 < sum(want) / len(want) < 0.9  # both answers are common
