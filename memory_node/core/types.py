@@ -106,6 +106,78 @@ class RowFilter:
     def empty_window(self) -> bool:
         return self.t_min is not None and self.t_max is not None and self.t_min > self.t_max
 
+    def matches(self, obs: Observation, robot: str | None = None,
+                map_id: str | None = None) -> bool:
+        """Whether a stored row passes: the reference semantics that every compiler of the
+        filter (SQLite, PostgreSQL, the numpy mask) is checked against.
+
+        The row is `obs` as a store holds it (its `view` and `archived` flag included) and,
+        for a fleet row, the `robot` that recorded it and the `map_id` its pose or view is
+        on. Every field must pass: `streams` and `robots` (empty or None: all); `t_min` <=
+        t <= `t_max`; `near`: a pose in the closed disc, `(x-nx)² + (y-ny)² <= r²` in
+        float64 (no pose is never near), or with `seen_near` a view whose sector meets the
+        disc, and with `map_id` on that map only; `tags`: None is the tag missing or null, a
+        {gt, gte, lt, lte} range passes numbers only (not true/false), any other value
+        equals the tag or a member of a list tag (true and false equal 1 and 0, as SQLite's
+        json_extract reads them); archived rows pass only with `include_archived`."""
+        if obs.archived and not self.include_archived:
+            return False
+        if self.streams and obs.stream not in self.streams:
+            return False
+        if self.robots and robot not in self.robots:
+            return False
+        if self.t_min is not None and not obs.t >= self.t_min:
+            return False
+        if self.t_max is not None and not obs.t <= self.t_max:
+            return False
+        if self.near is not None and not self._near(obs, map_id, self.near):
+            return False
+        return all(_tag_passes(obs.tags.get(key), want) for key, want in self.tags.items())
+
+    def _near(self, obs: Observation, map_id: str | None, near: tuple[float, float]) -> bool:
+        if self.map_id is not None and map_id != self.map_id:
+            return False
+        nx, ny = near
+        r = self.radius
+        p = obs.pose
+        # The same float64 expression, in the same order, as the SQL and numpy compilers.
+        if p is not None and (p.x - nx) * (p.x - nx) + (p.y - ny) * (p.y - ny) <= r * r:
+            return True
+        return self.seen_near and obs.view is not None and obs.view.covers(nx, ny, r)
+
+
+def disc_slack(near: tuple[float, float], radius: float) -> float:
+    """How far past the disc a box or circle that pre-selects rows for the exact disc test
+    must reach: float64 rounding can put a row a few ulps outside |x - nx| <= r in the disc
+    (and a difference below 1.6e-162 squares to 0)."""
+    return (abs(near[0]) + abs(near[1]) + radius) * 1e-12 + 1e-150
+
+
+_RANGE_OPS: dict[str, Any] = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b,
+                              "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b}
+
+
+def _tag_passes(have: Any, want: Any) -> bool:
+    """One tag filter against a row's value of that tag (None: missing or null)."""
+    if want is None:
+        return have is None
+    if isinstance(want, Mapping):
+        if isinstance(have, bool) or not isinstance(have, (int, float)):
+            return False
+        return all(_RANGE_OPS[op](have, bound) for op, bound in want.items())
+    if isinstance(have, list):
+        return any(_tag_equal(h, want) for h in have)
+    return _tag_equal(have, want)
+
+
+def _tag_equal(have: Any, want: Any) -> bool:
+    """JSON scalars equal: numbers by value (true is 1, false is 0), strings exactly."""
+    if isinstance(have, str) or isinstance(want, str):
+        return isinstance(have, str) and isinstance(want, str) and have == want
+    if isinstance(have, (int, float)) and isinstance(want, (int, float)):
+        return have == want
+    return False
+
 
 @dataclass(frozen=True)
 class View:
@@ -141,27 +213,31 @@ class View:
                 "hfov": round(self.hfov, 4), "range": round(self.range, 3)}
 
 
-def _segment_distance(px: float, py: float, ax: float, ay: float, bx: float,
-                      by: float) -> float:
-    dx, dy = bx - ax, by - ay
-    length2 = dx * dx + dy * dy
-    s = 0.0 if length2 == 0 else max(0.0, min(1.0, ((px - ax) * dx + (py - ay) * dy) / length2))
-    return math.hypot(px - (ax + s * dx), py - (ay + s * dy))
-
-
 def view_covers(x: float, y: float, yaw: float, hfov: float, rng: float, px: float, py: float,
                 radius: float) -> bool:
     """Whether the disc (px, py, radius) meets the sector at (x, y) along yaw (pure numbers:
-    the SQLite store calls it as a function)."""
-    d = math.hypot(px - x, py - y)
+    the SQLite store calls it as a function). Written operation for operation as the fleet's
+    `memory_view_covers` (fleet/schema.sql), so both decide alike to the last bit."""
+    d = math.sqrt((px - x) * (px - x) + (py - y) * (py - y))
     if d <= radius:
         return True
     if d > rng + radius:
         return False
     half = hfov / 2
-    if abs(normalize_angle(math.atan2(py - y, px - x) - yaw)) <= half:
+    # the bearing's angle to the heading, wrapped to (-pi, pi]
+    w = math.atan2(py - y, px - x) - yaw + math.pi
+    w = w - 2 * math.pi * float(math.trunc(w / (2 * math.pi)))
+    if w <= 0:
+        w = w + 2 * math.pi
+    if abs(w - math.pi) <= half:
         return True
-    for a in (yaw - half, yaw + half):
-        if _segment_distance(px, py, x, y, x + rng * math.cos(a), y + rng * math.sin(a)) <= radius:
+    for a in (yaw - half, yaw + half):  # the sector's two edges: the disc's distance to each
+        dx = rng * math.cos(a)
+        dy = rng * math.sin(a)
+        l2 = dx * dx + dy * dy
+        s = 0.0 if l2 == 0 else max(0.0, min(1.0, ((px - x) * dx + (py - y) * dy) / l2))
+        qx = px - (x + s * dx)
+        qy = py - (y + s * dy)
+        if math.sqrt(qx * qx + qy * qy) <= radius:
             return True
     return False

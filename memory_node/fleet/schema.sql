@@ -86,18 +86,77 @@ ALTER TABLE memory_observations
 CREATE INDEX IF NOT EXISTS memory_obs_map_view ON memory_observations
     USING gist (map_id, view_box) WHERE view_box IS NOT NULL;
 
--- Whether the disc (px, py, r) meets the sector at (x, y) along yaw, hfov wide, rng deep: the
--- same test as the robot's store (memory_node/core/types.py, view_covers).
-CREATE OR REPLACE FUNCTION memory_view_covers(x float8, y float8, yaw float8, hfov float8,
+-- a * b and a / b as IEEE arithmetic (and SQLite, numpy, Python) give them: PostgreSQL raises
+-- "value out of range: underflow" where a result of non-zero numbers rounds to 0, so these
+-- decide that case on numbers scaled by 2^600 (exact) and answer 0 without the error.
+CREATE OR REPLACE FUNCTION memory_mul(a float8, b float8) RETURNS float8
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN a = 0 OR b = 0 OR abs(a) >= 1 OR abs(b) >= 1
+                     OR (abs(a) >= 2::float8 ^ -537 AND abs(b) >= 2::float8 ^ -537) THEN a * b
+                WHEN abs((a * 2::float8 ^ 600) * (b * 2::float8 ^ 600)) <= 2::float8 ^ 125
+                     THEN 0::float8
+                ELSE a * b END $$;
+CREATE OR REPLACE FUNCTION memory_div(a float8, b float8) RETURNS float8
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN a = 0 OR abs(b) <= 1 OR abs(a) >= 1 THEN a / b
+                WHEN abs((a * 2::float8 ^ 600) / b) <= 2::float8 ^ -475 THEN 0::float8
+                ELSE a / b END $$;
+
+-- memory_view_covers for any numbers: every product and quotient through memory_mul and
+-- memory_div (slower; taken where a number is outside what can underflow there).
+CREATE OR REPLACE FUNCTION memory_view_covers_exact(x float8, y float8, yaw float8, hfov float8,
         rng float8, px float8, py float8, r float8) RETURNS boolean
     LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 DECLARE
-    d float8 := sqrt((px - x) * (px - x) + (py - y) * (py - y));
-    half float8 := hfov / 2;
+    d float8 := sqrt(memory_mul(px - x, px - x) + memory_mul(py - y, py - y));
+    half float8 := memory_div(hfov, 2);
     w float8; a float8; dx float8; dy float8; l2 float8; s float8; qx float8; qy float8;
 BEGIN
     IF d <= r THEN RETURN true; END IF;
     IF d > rng + r THEN RETURN false; END IF;
+    -- the bearing's angle to the heading, wrapped to (-pi, pi]
+    w := atan2(py - y, px - x) - yaw + pi();
+    w := w - 2 * pi() * trunc(memory_div(w, 2 * pi()));
+    IF w <= 0 THEN w := w + 2 * pi(); END IF;
+    IF abs(w - pi()) <= half THEN RETURN true; END IF;
+    FOREACH a IN ARRAY ARRAY[yaw - half, yaw + half] LOOP
+        dx := memory_mul(rng, cos(a));
+        dy := memory_mul(rng, sin(a));
+        l2 := memory_mul(dx, dx) + memory_mul(dy, dy);
+        s := CASE WHEN l2 = 0 THEN 0
+                  ELSE greatest(0, least(1, memory_div(memory_mul(px - x, dx)
+                                                       + memory_mul(py - y, dy), l2))) END;
+        qx := px - (x + memory_mul(s, dx));
+        qy := py - (y + memory_mul(s, dy));
+        IF sqrt(memory_mul(qx, qx) + memory_mul(qy, qy)) <= r THEN RETURN true; END IF;
+    END LOOP;
+    RETURN false;
+END $$;
+
+-- Whether the disc (px, py, r) meets the sector at (x, y) along yaw, hfov wide, rng deep: the
+-- same test, operation for operation, as the robot's store (memory_node/core/types.py,
+-- view_covers). With coordinates and yaw 0 or within 1e-9..1e9 in size, hfov 0 or within
+-- 1e-9..1e3, range within 1e-6..1e6 and r below 1e30 no product or quotient below can round
+-- to 0 (nor overflow), so plain float8 arithmetic runs; other numbers take the _exact twin.
+CREATE OR REPLACE FUNCTION memory_view_covers(x float8, y float8, yaw float8, hfov float8,
+        rng float8, px float8, py float8, r float8) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    d float8; half float8;
+    w float8; a float8; dx float8; dy float8; l2 float8; s float8; qx float8; qy float8;
+BEGIN
+    IF NOT ((x = 0 OR abs(x) BETWEEN 1e-9 AND 1e9) AND (y = 0 OR abs(y) BETWEEN 1e-9 AND 1e9)
+            AND (px = 0 OR abs(px) BETWEEN 1e-9 AND 1e9)
+            AND (py = 0 OR abs(py) BETWEEN 1e-9 AND 1e9)
+            AND (yaw = 0 OR abs(yaw) BETWEEN 1e-9 AND 1e9)
+            AND (hfov = 0 OR abs(hfov) BETWEEN 1e-9 AND 1e3)
+            AND rng BETWEEN 1e-6 AND 1e6 AND abs(r) < 1e30) THEN
+        RETURN memory_view_covers_exact(x, y, yaw, hfov, rng, px, py, r);
+    END IF;
+    d := sqrt((px - x) * (px - x) + (py - y) * (py - y));
+    IF d <= r THEN RETURN true; END IF;
+    IF d > rng + r THEN RETURN false; END IF;
+    half := hfov / 2;
     -- the bearing's angle to the heading, wrapped to (-pi, pi]
     w := atan2(py - y, px - x) - yaw + pi();
     w := w - 2 * pi() * trunc(w / (2 * pi()));

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.places import Place
-from memory_node.core.types import Observation, Pose, RowFilter
+from memory_node.core.types import Observation, Pose, RowFilter, disc_slack
 from memory_node.fleet.credentials import redact, scrub
 
 log = logging.getLogger("memory_node.fleet")
@@ -98,13 +98,22 @@ def hnsw_index_name(model_id: str) -> str:
 
 
 def _jsonb_values(value: Any) -> list[str]:
-    """The JSON texts a tag equality filter matches (SQLite's json_extract sees true as 1)."""
+    """The JSON texts a tag equality filter matches (SQLite's json_extract sees true as 1, so
+    true equals 1 and 1.0, and 0.0 equals false)."""
     out = [json.dumps(value)]
     if isinstance(value, bool):
         out.append(json.dumps(int(value)))
-    elif isinstance(value, int) and value in (0, 1):
+    elif isinstance(value, (int, float)) and value in (0, 1):
         out.append(json.dumps(bool(value)))
     return out
+
+
+# The largest float whose square is 0.0 in IEEE arithmetic. PostgreSQL raises "value out of
+# range: underflow" where a product of non-zero numbers rounds to 0 (SQLite and numpy give 0),
+# so a difference this small is squared as 0 by hand: the same result, without the error.
+SQUARE_ZERO = float.fromhex("0x1.6a09e667f3bccp-538")
+# (column - %s)², its parameters: the centre, SQUARE_ZERO, the centre twice.
+_SQUARE = "(CASE WHEN abs({0} - %s) <= %s THEN 0 ELSE ({0} - %s) * ({0} - %s) END)"
 
 
 class FleetStore:
@@ -492,7 +501,6 @@ class FleetStore:
     def where(filt: RowFilter) -> tuple[list[str], list[Any]]:
         """SQL conditions (on alias o) and their parameters: `filt` compiled for PostgreSQL
         (RowFilter.matches is the reference it is checked against)."""
-        req = filt
         conds: list[str] = []
         params: list[Any] = []
         if not filt.include_archived:
@@ -500,33 +508,36 @@ class FleetStore:
         if filt.robots:
             conds.append("o.robot_id = ANY(%s)")
             params.append(list(filt.robots))
-        if req.streams:
+        if filt.streams:
             conds.append("o.stream = ANY(%s)")
-            params.append(list(req.streams))
-        if req.near is not None:
-            nx, ny = req.near
-            r = float(req.radius)
+            params.append(list(filt.streams))
+        if filt.near is not None:
+            nx, ny = filt.near
+            r = float(filt.radius)
             on_map = "o.map_id = %s AND " if filt.map_id is not None else ""
             map_param = [filt.map_id] if filt.map_id is not None else []
-            # The GiST index finds the circle (PostgreSQL's geometry allows 1e-6 slack); the
-            # squared distance then decides exactly as the local store does.
+            # The GiST index finds a circle a hair wider than the disc (its distance is a
+            # hypot, not the squares); the squared distance then decides exactly as the local
+            # store does.
+            m = disc_slack(filt.near, r)
             stand = ("(o.x IS NOT NULL AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
-                     " AND ((o.x - %s) * (o.x - %s) + (o.y - %s) * (o.y - %s)) <= %s)")
-            sparams = [nx, ny, r, nx, nx, ny, ny, r * r]
-            if req.seen_near:
+                     f" AND ({_SQUARE.format('o.x')} + {_SQUARE.format('o.y')}) <= %s)")
+            sparams = [nx, ny, r + m, nx, SQUARE_ZERO, nx, nx, ny, SQUARE_ZERO, ny, ny, r * r]
+            if filt.seen_near:
                 # ... or a camera view that covers the disc: its box meets the disc's, then
                 # the sector test of the robot's store.
                 conds.append(f"{on_map}({stand} OR (o.view_box && box(point(%s, %s),"
                              " point(%s, %s)) AND memory_view_covers(o.view_x, o.view_y,"
                              " o.view_yaw, o.view_hfov, o.view_range, %s, %s, %s)))")
-                params += [*map_param, *sparams, nx - r, ny - r, nx + r, ny + r, nx, ny, r]
+                params += [*map_param, *sparams, nx - r - m, ny - r - m, nx + r + m,
+                           ny + r + m, nx, ny, r]
             else:
                 conds.append(f"{on_map}{stand}")
                 params += [*map_param, *sparams]
-        _time_window(conds, params, "o.t", req.t_min, req.t_max)
+        _time_window(conds, params, "o.t", filt.t_min, filt.t_max)
         from psycopg.types.json import Jsonb
 
-        for key, value in req.tags.items():
+        for key, value in filt.tags.items():
             if isinstance(value, dict):
                 conds.append("jsonb_typeof(o.tags -> %s) = 'number'")
                 params.append(key)

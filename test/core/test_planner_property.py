@@ -18,7 +18,7 @@ from engine_support import T0, FakeClock, make_engine, minilm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_node.core.types import Observation, Pose
+from memory_node.core.types import Observation, Pose, RowFilter
 
 ADJ = ["red", "green", "bright", "dark", "small", "wooden", "open", "noisy"]
 NOUN = ["door", "sofa", "window", "person", "kitchen counter", "plant", "bed", "fridge"]
@@ -74,35 +74,19 @@ def world(request, tmp_path_factory):
     eng.close()
 
 
+def _filter(q: dict) -> RowFilter:
+    """The request's filters as a RowFilter: RowFilter.matches is the oracle."""
+    return RowFilter(
+        streams=(q["stream"],) if "stream" in q else None,
+        near=(q["near_x"], q["near_y"]) if "near_x" in q else None,
+        radius=q.get("radius", 2.0),
+        t_min=NOW - q["after_seconds_ago"] if "after_seconds_ago" in q else None,
+        t_max=NOW - q["before_seconds_ago"] if "before_seconds_ago" in q else None,
+        tags=q.get("tags", {}))
+
+
 def _passes(obs: Observation, q: dict) -> bool:
-    if "stream" in q and obs.stream != q["stream"]:
-        return False
-    if "near_x" in q:
-        if obs.pose is None:
-            return False
-        r = q.get("radius", 2.0)
-        dx, dy = obs.pose.x - q["near_x"], obs.pose.y - q["near_y"]
-        if dx * dx + dy * dy > r * r:
-            return False
-    if "after_seconds_ago" in q and obs.t < NOW - q["after_seconds_ago"]:
-        return False
-    if "before_seconds_ago" in q and obs.t > NOW - q["before_seconds_ago"]:
-        return False
-    for key, want in q.get("tags", {}).items():
-        have = obs.tags.get(key)
-        if isinstance(want, dict):
-            if not isinstance(have, (int, float)) or isinstance(have, bool):
-                return False
-            if "gte" in want and not have >= want["gte"]:
-                return False
-            if "lt" in want and not have < want["lt"]:
-                return False
-        elif isinstance(have, list):
-            if want not in have:
-                return False
-        elif have != want:
-            return False
-    return True
+    return _filter(q).matches(obs)
 
 
 def _brute(truth, q: dict, qv) -> list[tuple[int, float | None]]:

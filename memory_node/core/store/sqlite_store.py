@@ -35,7 +35,7 @@ from memory_node.core.store.base import (
     VectorFeed,
 )
 from memory_node.core.store.vector_files import DIR_NAME, VectorFiles, row_crcs
-from memory_node.core.types import Observation, Pose, RowFilter, view_covers
+from memory_node.core.types import Observation, Pose, RowFilter, disc_slack, view_covers
 
 log = logging.getLogger("memory_node.store")
 
@@ -690,7 +690,9 @@ class SqliteObservationStore(ObservationStore):
         if req.near is not None:
             nx, ny = req.near
             r = req.radius
-            box = [nx + r, nx - r, ny + r, ny - r]
+            # The box only narrows the rows the exact disc test then decides: a hair wider.
+            m = disc_slack(req.near, r)
+            box = [nx + r + m, nx - r - m, ny + r + m, ny - r - m]
             in_disc = "((o.x - ?) * (o.x - ?) + (o.y - ?) * (o.y - ?)) <= ?"
             disc = [nx, nx, ny, ny, r * r]
             if req.include_archived:  # archived rows are not in the R*Tree: a plain range

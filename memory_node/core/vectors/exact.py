@@ -13,8 +13,36 @@ them, so the vectors are never copied (the engine's indexes work this way).
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from memory_node.core.types import RowFilter
+
+
+def in_disc(x: np.ndarray, y: np.ndarray, near: tuple[float, float], radius: float
+            ) -> np.ndarray:
+    """Mask of the points in the closed disc: `(x-nx)² + (y-ny)² <= r²` in float64, the
+    expression the SQL compilers and RowFilter.matches evaluate (NaN, no pose, is never in)."""
+    dx = x - near[0]
+    dy = y - near[1]
+    return dx * dx + dy * dy <= radius * radius
+
+
+def row_mask(filt: RowFilter, meta: np.ndarray) -> np.ndarray:
+    """The numpy compiler of a RowFilter over (t, x, y) columns: its time window and its disc
+    (the fields an index can decide; streams are chosen per index, the rest is SQL's), as a
+    mask. `ExactIndex.filter_positions` selects the same rows by a binary search in time."""
+    meta = np.asarray(meta, np.float64).reshape(-1, 3)
+    keep = np.ones(len(meta), bool)
+    if filt.t_min is not None:
+        keep &= meta[:, 0] >= filt.t_min
+    if filt.t_max is not None:
+        keep &= meta[:, 0] <= filt.t_max
+    if filt.near is not None:
+        keep &= in_disc(meta[:, 1], meta[:, 2], filt.near, filt.radius)
+    return keep
 
 
 def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -415,8 +443,9 @@ class ExactIndex:
                          near: tuple[float, float] | None = None, radius: float = 0.0
                          ) -> np.ndarray:
         """Positions of rows with t_min <= t <= t_max and (x-nx)² + (y-ny)² <= r² — the same
-        comparisons, in float64, as the SQL filters, so both select the same rows. A time
-        window is a binary search in the time order, whatever order rows arrived in."""
+        comparisons, in float64, as the SQL filters, so both select the same rows (`row_mask`
+        as positions). A time window is a binary search in the time order, whatever order
+        rows arrived in."""
         with self._lock:
             n = self._n
             if t_min is None and t_max is None:
@@ -433,9 +462,7 @@ class ExactIndex:
             self.scanned = len(pos)
             if near is not None:
                 xy = self._meta[pos, 1:] if len(pos) < n else self._meta[:n, 1:]
-                dx = xy[:, 0] - near[0]
-                dy = xy[:, 1] - near[1]
-                pos = pos[dx * dx + dy * dy <= radius * radius]
+                pos = pos[in_disc(xy[:, 0], xy[:, 1], near, radius)]
             return pos
 
     def search_positions(self, query: np.ndarray, k: int, positions: np.ndarray
