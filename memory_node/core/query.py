@@ -39,7 +39,6 @@ __all__ = [
     "TAG_KEY",
     "SaveRequest",
     "SearchPlan",
-    "SearchRequest",
     "check_json_values",
     "check_tag_names",
     "check_text",
@@ -102,7 +101,6 @@ class SearchPlan:
         return replace(self, **changes)
 
 
-SearchRequest = SearchPlan  # the name the engine's callers (bench) knew
 
 
 @dataclass
