@@ -101,8 +101,6 @@ class SearchPlan:
         return replace(self, **changes)
 
 
-
-
 @dataclass
 class SaveRequest:
     """A note to store: its text and tags (validated)."""
