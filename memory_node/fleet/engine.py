@@ -26,10 +26,8 @@ from memory_node.core.contract import (
     CompactAnswer,
     SaveAnswer,
     SaveNote,
-    SearchAnswer,
     SearchQuery,
     StreamsAnswer,
-    VisitsAnswer,
     unknown_name,
 )
 from memory_node.core.engine import MemoryEngine
@@ -42,9 +40,6 @@ from memory_node.fleet.store import FleetPlace, FleetStore, FleetUnavailable
 from memory_node.fleet.sync import default_map_id, default_robot_id
 
 log = logging.getLogger("memory_node.fleet.engine")
-
-FLEET_FIELDS = ("robot", "map")
-
 
 class FleetEngine(MemoryEngine):
     """The engine over the fleet store: the robot's planner and contract with a
@@ -116,11 +111,8 @@ class FleetEngine(MemoryEngine):
 
     def plan(self, query: SearchQuery) -> SearchPlan:
         """The robot's planning, then the map a circle is on (see map_for)."""
-        try:
-            plan = super().plan(query)
-            plan.map_id = self.map_for(plan)
-        except FleetUnavailable as exc:
-            raise Unavailable(str(exc)) from None
+        plan = super().plan(query)
+        plan.map_id = self.map_for(plan)
         return plan
 
     def check_tags(self, plan: SearchPlan) -> None:
@@ -177,22 +169,13 @@ class FleetEngine(MemoryEngine):
         return found[0]
 
     # ---- answers of its own -------------------------------------------------------------
-    def _search(self, query: SearchQuery) -> SearchAnswer | VisitsAnswer:
-        try:
-            return super()._search(query)
-        except FleetUnavailable as exc:
-            raise Unavailable(str(exc)) from None
-
     def _streams(self) -> StreamsAnswer:
         """Every stream with per-robot counts, the places of every robot, and the robots."""
         store = self.fleet
-        try:
-            places = [p.info() for p in sorted(
-                store.places(), key=lambda p: (p.name.casefold(), p.robot))]
-            return StreamsAnswer.model_validate(
-                {"streams": store.stream_stats(), "places": places, "robots": store.robots()})
-        except FleetUnavailable as exc:
-            raise Unavailable(str(exc)) from None
+        places = [p.info() for p in sorted(
+            store.places(), key=lambda p: (p.name.casefold(), p.robot))]
+        return StreamsAnswer.model_validate(
+            {"streams": store.stream_stats(), "places": places, "robots": store.robots()})
 
     def _save(self, note: SaveNote) -> SaveAnswer:
         raise BadRequest("this memory serves the fleet store, which robots fill through "

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.errors import Unavailable
 from memory_node.core.places import Place
 from memory_node.core.types import Observation, Pose, RowFilter, disc_slack
 from memory_node.fleet.credentials import redact, scrub
@@ -59,8 +60,9 @@ def _ties(d: str) -> str:
     return f"o.local_id {d}, o.robot_id {d}, o.store_id {d}"
 
 
-class FleetUnavailable(Exception):
-    """The fleet database cannot be reached (or answered with a connection-level error)."""
+class FleetUnavailable(Unavailable):
+    """The fleet database cannot be reached (or answered with a connection-level error): a
+    request answers `unavailable` with this message."""
 
 
 @dataclass
