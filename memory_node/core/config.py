@@ -43,16 +43,21 @@ class MemoryConfig:
     # Planner: exact scoring of candidate sets up to this size by gathering their vectors;
     # larger sets are scored by one matrix-vector product over the whole stream, then masked.
     exact_gather_max: int = 20000
-    # Unfiltered semantic search over a stream with at least this many vectors uses HNSW
-    # (efSearch grows with the graph: 1.5x above 50k vectors, 2.5x above 150k, 3x above
-    # 500k). Storage "sq8": 8-bit codes in the graph, its best hnsw_rerank candidates
-    # re-scored with the float vectors; "flat": float copies.
+    # Unfiltered semantic search over a stream with at least this many vectors uses HNSW.
+    # Storage "sq8": 8-bit codes in the graph, its best hnsw_rerank candidates re-scored
+    # with the float vectors; "flat": float copies. Each graph calibrates itself in the
+    # background (once built, again after growing by a quarter): it keeps the smallest
+    # efSearch and rerank depth whose recall@5, measured against exact search on a sample of
+    # its own rows and recent queries, holds hnsw_recall_target (0: no calibration). Until
+    # then, and for searches within some streams, efSearch is hnsw_ef_search grown with the
+    # graph (1.5x above 50k vectors, 2.5x above 150k, 3x above 500k) and hnsw_rerank.
     hnsw_min_rows: int = 20000
     hnsw_m: int = 48
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
     hnsw_storage: str = "sq8"
     hnsw_rerank: int = 40
+    hnsw_recall_target: float = 0.99
     index_persist_interval_s: float = 300.0
     # Near-duplicate notes (same meaning, same place, within a window) are folded on save.
     note_fold_similarity: float = 0.9
@@ -128,6 +133,8 @@ class MemoryConfig:
                self.hnsw_rerank) < 1:
             raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
                               "must be >= 1")
+        if not 0 <= self.hnsw_recall_target <= 1:
+            raise ConfigError("hnsw_recall_target must be between 0 (no calibration) and 1")
         if self.compact_clock not in ("store", "clock"):
             raise ConfigError("compact_clock must be 'store' or 'clock'")
         if not self.visit_gap_s > 0:

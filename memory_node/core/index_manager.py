@@ -162,7 +162,8 @@ class IndexManager:
             graph = self._graphs[model_id] = GraphIndex(
                 dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                 ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows, storage=c.hnsw_storage,
-                rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule)
+                rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule,
+                recall_target=c.hnsw_recall_target)
         return graph
 
     def _attach(self, indexes: dict[Key, ExactIndex]) -> None:

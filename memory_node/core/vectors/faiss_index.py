@@ -13,12 +13,14 @@ import ctypes
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 import faiss
 import numpy as np
 
+from memory_node.core.vectors import calibrate as cal
 from memory_node.core.vectors.base import VectorIndex, top_k
 from memory_node.core.vectors.exact import ExactIndex
 
@@ -105,11 +107,18 @@ class GraphIndex:
     exactly (`pending`) until the worker adds them to the graph; removed rows stay in the graph
     as tombstones that searches skip, and the graph is rebuilt in the background once they
     exceed `DEAD_REBUILD_SHARE`. Without a scheduler the same work runs inside the search.
+
+    With a `recall_target` (> 0) the graph calibrates itself once built and again whenever
+    its live rows grew by `calibrate.GROWTH`: the cheapest efSearch and rerank depth whose
+    measured recall@5 holds the target serve unrestricted searches (`calibration` says what
+    was measured); until then `ef_for` and `rerank` do. Searches restricted to some parts
+    keep `ef_for` (their answers are checked against the parts' exact ranking anyway).
     """
 
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
                  ef_search: int = 128, min_rows: int = 20000, storage: str = "sq8",
-                 rerank: int = 40, scheduler: Callable[[GraphIndex], None] | None = None):
+                 rerank: int = 40, scheduler: Callable[[GraphIndex], None] | None = None,
+                 recall_target: float = 0.99):
         if storage not in HNSW_STORAGES:
             raise ValueError(f"unknown HNSW storage {storage!r}; known: {HNSW_STORAGES}")
         self.dim = int(dim)
@@ -117,6 +126,10 @@ class GraphIndex:
         self.storage, self.rerank = storage, rerank
         self.min_rows = min_rows
         self.scheduler = scheduler
+        self.recall_target = float(recall_target)
+        self.calibration: cal.Calibration | None = None
+        self._recent: deque[np.ndarray] = deque(maxlen=cal.RECENT_QUERIES)  # real queries
+        self._serial = 0  # graphs adopted (a calibration holds for the graph it measured)
         self.parts: dict[str, ExactIndex] = {}
         self._names: list[str] = []  # part code -> part name
         self._hnsw: faiss.Index | None = None
@@ -124,6 +137,11 @@ class GraphIndex:
         self._hnsw_codes = np.empty(0, np.int16)  # graph position -> part code (-1: removed)
         self._pending = np.empty(0, np.int64)  # ids in a part, not yet in the graph
         self._pending_codes = np.empty(0, np.int16)
+        # Rows held out of the graph (scanned exactly beside it, like pending rows): the
+        # queries a calibration measures it with, as it would a query that is not a node.
+        self._held = np.empty(0, np.int64)
+        self._held_codes = np.empty(0, np.int16)
+        self._calib_tried: tuple[int, int] | None = None  # (graph serial, live rows)
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
         self._rebuild_asked = False
         self.builds = 0  # graphs built over every part (not counting rows added later)
@@ -195,6 +213,8 @@ class GraphIndex:
                 self._dead += int(np.isin(ids, self._hnsw_ids).sum())
                 keep = ~np.isin(self._pending, ids)
                 self._pending, self._pending_codes = self._pending[keep], self._pending_codes[keep]
+                keep = ~np.isin(self._held, ids)
+                self._held, self._held_codes = self._held[keep], self._held_codes[keep]
         if removed:
             self.schedule()
         return removed
@@ -235,7 +255,15 @@ class GraphIndex:
         with self._lock:
             if len(self) < self.min_rows:
                 return False
-            return self._needs_build() or len(self._pending) > 0
+            return self._needs_build() or len(self._pending) > 0 or self._calibration_due()
+
+    def _calibration_due(self) -> bool:
+        """A built graph not measured yet, or grown by `calibrate.GROWTH` since."""
+        if self.recall_target <= 0 or self._hnsw is None:
+            return False
+        tried = self._calib_tried
+        live = len(self._hnsw_ids) - self._dead
+        return tried is None or tried[0] != self._serial or live > tried[1] * (1 + cal.GROWTH)
 
     def _needs_build(self) -> bool:
         return (self._hnsw is None or self._rebuild_asked
@@ -266,11 +294,63 @@ class GraphIndex:
             if len(self) < self.min_rows:
                 return False
             rebuild = self._needs_build()
+            pending = len(self._pending) > 0
         if rebuild:
             self._build(cancelled, threads)
-        else:
+        elif pending:
             self._extend(EXTEND_SLICE_S)
+        else:
+            self.calibrate(cancelled)
         return self.needs_work()
+
+    def calibrate(self, cancelled: Callable[[], bool] = lambda: False) -> cal.Calibration | None:
+        """Measure the graph (see `calibrate`) and adopt the cheapest efSearch and rerank
+        depth that hold `recall_target`. Holds the graph lock for a few queries at a time."""
+        with self._lock:
+            graph, serial = self._hnsw, self._serial
+            if graph is None:
+                return None
+            with self._glock:
+                graph_ids, codes = self._hnsw_ids, self._hnsw_codes
+            parts = [self.parts[name] for name in self._names]
+            recent = list(self._recent)
+            held, held_codes = self._held, self._held_codes
+            self._calib_tried = (serial, int((codes >= 0).sum()))
+        snap_parts = [(p.ids(), p.vectors()) for p in parts]
+        own = np.zeros((len(held), self.dim), np.float32)
+        keep = np.zeros(len(held), bool)
+        for c, part in enumerate(parts):
+            sel = held_codes == c
+            if sel.any():
+                hit, vecs = part.vectors_of(held[sel])
+                idx = np.nonzero(sel)[0][hit]
+                own[idx], keep[idx] = vecs, True
+        own = own[keep]
+        real = np.asarray(recent, np.float32).reshape(-1, self.dim)
+        if len(own) + len(real) < cal.MIN_QUERIES:
+            return None  # too few to measure: tried again once the graph grows
+
+        def search(q: np.ndarray, k: int, ef: int) -> np.ndarray:
+            with self._glock:  # a few queries at a time: searches wait a few ms at most
+                if self._hnsw is not graph:
+                    raise _Replaced
+                _, pos = graph.search(q, k, params=_hnsw_params(ef))
+            return pos
+
+        snap = cal.Snapshot(search, graph_ids, codes, snap_parts)
+        try:
+            result = cal.calibrate(snap, own, real, self.recall_target, cancelled,
+                                   [p.find for p in parts], serial)
+        except _Replaced:  # rebuilt meanwhile: the new graph is measured next
+            return None
+        if result is None:  # cancelled: measured again next time
+            with self._lock:
+                self._calib_tried = None
+            return None
+        with self._lock:
+            if self._serial == serial:
+                self.calibration = result
+        return result
 
     def build(self) -> None:
         """Build the graph now, on every core, and add every pending row (benchmarks, tests
@@ -278,6 +358,8 @@ class GraphIndex:
         self._build(lambda: False, os.cpu_count() or 1)
         while self._extend(None):
             pass
+        if self._calibration_due():
+            self.calibrate()
 
     def _build(self, cancelled: Callable[[], bool], threads: int | None) -> None:
         with self._lock:
@@ -290,6 +372,7 @@ class GraphIndex:
         total = sum(len(ids) for _c, ids, _v in snap)
         graph = self._new_graph()
         ids_out, codes_out = [], []
+        held = self._pick_held([ids for _c, ids, _v in snap], total)
         if total:
             if threads:
                 faiss.omp_set_num_threads(threads)  # this thread only (an OpenMP setting)
@@ -300,21 +383,33 @@ class GraphIndex:
                         [v[: max(1, int(np.ceil(len(v) * share)))] for _c, _i, v in snap
                          if len(v)])))
                 for c, ids, vecs in snap:
+                    out = np.isin(ids, held) if len(held) else np.zeros(len(ids), bool)
                     for start in range(0, len(vecs), 2048):  # cancellable between chunks
                         if cancelled():
                             return
-                        graph.add(np.ascontiguousarray(vecs[start:start + 2048]))
-                    ids_out.append(ids)
-                    codes_out.append(np.full(len(ids), c, np.int16))
+                        chunk = vecs[start:start + 2048]
+                        if out[start:start + 2048].any():
+                            chunk = chunk[~out[start:start + 2048]]
+                        graph.add(np.ascontiguousarray(chunk))
+                    ids_out.append(ids[~out])
+                    codes_out.append(np.full(int((~out).sum()), c, np.int16))
             finally:
                 if threads:
                     faiss.omp_set_num_threads(1)
         self._adopt(graph, np.concatenate(ids_out) if ids_out else np.empty(0, np.int64),
-                    np.concatenate(codes_out) if codes_out else np.empty(0, np.int16))
+                    np.concatenate(codes_out) if codes_out else np.empty(0, np.int16), held)
         self.builds += 1
 
+    def _pick_held(self, ids: list[np.ndarray], total: int) -> np.ndarray:
+        """Ids to hold out of a graph (at most 1% of its rows): its calibration queries."""
+        n = min(cal.SAMPLE_QUERIES, total // 100) if self.recall_target > 0 else 0
+        if n < cal.MIN_QUERIES:
+            return np.empty(0, np.int64)
+        every = np.concatenate(ids)
+        return np.random.default_rng(total).choice(every, n, replace=False)
+
     def _adopt(self, graph: faiss.Index, graph_ids: np.ndarray,
-               codes: np.ndarray | None = None) -> None:
+               codes: np.ndarray | None = None, held: np.ndarray | None = None) -> None:
         """Make `graph` (whose node i holds id graph_ids[i], of part codes[i]; looked up in the
         parts when not given) the live one: rows added since are pending, rows removed since
         are tombstones."""
@@ -335,9 +430,23 @@ class GraphIndex:
                 pend_codes.append(np.full(len(p), c, np.int16))
             with self._glock:
                 self._hnsw, self._hnsw_ids, self._hnsw_codes = graph, graph_ids, new_codes
-            self._pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
-            self._pending_codes = (np.concatenate(pend_codes) if pend_codes
-                                   else np.empty(0, np.int16))
+            self._serial += 1
+            pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
+            pending_codes = (np.concatenate(pend_codes) if pend_codes
+                             else np.empty(0, np.int16))
+            # Rows out of the graph stay held out (those asked for, those held before, and
+            # up to the sample size of the rest): they measure it as unseen queries.
+            want = np.concatenate([self._held, held if held is not None
+                                   else np.empty(0, np.int64)])
+            hold = np.isin(pending, want)
+            room = (cal.SAMPLE_QUERIES - int(hold.sum())) if self.recall_target > 0 else 0
+            if room > 0 and len(pending) - int(hold.sum()) >= 4 * cal.MIN_QUERIES:
+                rest = np.nonzero(~hold)[0]
+                extra = np.random.default_rng(len(pending)).choice(
+                    rest, min(room, len(rest) // 4), replace=False)
+                hold[extra] = True
+            self._held, self._held_codes = pending[hold], pending_codes[hold]
+            self._pending, self._pending_codes = pending[~hold], pending_codes[~hold]
             self._dead = int((new_codes < 0).sum())
 
     def _extend(self, slice_s: float | None) -> bool:
@@ -350,6 +459,13 @@ class GraphIndex:
                     return False
                 n = self._chunk if slice_s is not None else 4096
                 take, take_codes = self._pending[:n], self._pending_codes[:n]
+                short = cal.SAMPLE_QUERIES - len(self._held) if self.recall_target > 0 else 0
+                if short > 0 and len(take) >= 8:  # one row in 8 held out until there are enough
+                    out = np.zeros(len(take), bool)
+                    out[7::8][:short] = True
+                    self._held = np.concatenate([self._held, take[out]])
+                    self._held_codes = np.concatenate([self._held_codes, take_codes[out]])
+                    take, take_codes = take[~out], take_codes[~out]
                 ids_l, codes_l, vecs_l = [], [], []
                 for c in np.unique(take_codes).tolist():
                     part = self.parts[self._names[c]]
@@ -408,22 +524,30 @@ class GraphIndex:
         with self._lock:
             graph, dead = self._hnsw, self._dead
             pending, pending_codes = self._pending, self._pending_codes
+            if len(self._held):
+                pending = np.concatenate([pending, self._held])
+                pending_codes = np.concatenate([pending_codes, self._held_codes])
         if graph is None:
             return (*self.exact_search(q, k, names), True)
         codes = tuple(self._names.index(p) for p in names)
+        calib = self.calibration
+        tuned = (not restricted and calib is not None and calib.serial == self._serial)
         if restricted:
             keep = np.isin(pending_codes, codes)
             pending, pending_codes = pending[keep], pending_codes[keep]
+        else:
+            self._recent.append(q)  # the next calibration measures these too
         # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
         # candidates re-scored exactly; more when tombstones take some of them.
-        want = max(k + 8, self.rerank)
+        want = max(k + 8, calib.rerank if tuned else self.rerank)  # type: ignore[union-attr]
         fetch = want if not restricted else int(np.ceil(want * total / max(1, sel_n)))
         with self._glock:  # graph, ids and codes as one (a background slice may extend them)
             graph, graph_ids, graph_codes = self._hnsw, self._hnsw_ids, self._hnsw_codes
             assert graph is not None  # once built, the graph is only ever replaced
             g = len(graph_ids)
             want_g = min(g, int(np.ceil(fetch * g / max(1, g - dead))) + (8 if dead else 0))
-            params = _hnsw_params(max(self.ef_for(g), want_g))
+            ef = calib.ef_search if tuned else self.ef_for(g)  # type: ignore[union-attr]
+            params = _hnsw_params(max(ef, want_g))
             _, pos = graph.search(q.reshape(1, -1), want_g, params=params)
         pos = pos[0][pos[0] >= 0]
         cand = np.concatenate([graph_ids[pos], pending])
@@ -538,6 +662,10 @@ class GraphIndex:
 MissingVectors = Callable[[list[int]], dict[int, np.ndarray]]
 
 
+class _Replaced(Exception):
+    """The graph being calibrated was replaced (rebuilt) meanwhile."""
+
+
 def _trim_heap() -> None:
     """Give freed heap pages back to the OS (glibc keeps the chunks a re-encode freed, about
     12 MB per 100k rows, as this process's memory otherwise). A no-op elsewhere."""
@@ -582,10 +710,11 @@ class HNSWIndex(GraphIndex, VectorIndex):
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
                  ef_search: int = 128, min_rows: int = 20000, gather_max: int = 20000,
                  storage: str = "sq8", rerank: int = 40,
-                 scheduler: Callable[[GraphIndex], None] | None = None):
+                 scheduler: Callable[[GraphIndex], None] | None = None,
+                 recall_target: float = 0.99):
         GraphIndex.__init__(self, dim, m=m, ef_construction=ef_construction,
                             ef_search=ef_search, min_rows=min_rows, storage=storage,
-                            rerank=rerank, scheduler=scheduler)
+                            rerank=rerank, scheduler=scheduler, recall_target=recall_target)
         self.exact_twin = ExactIndex(dim, gather_max=gather_max)
         self.attach("", self.exact_twin)
 
