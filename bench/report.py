@@ -593,6 +593,7 @@ def write_report(out: Path, report: Path) -> None:
                                    or "not run"))
     add("")
     _index_section(add, res)
+    _semantic_section(add, res)
     if "tf_load" in res:
         _tf_load_section(res["tf_load"], add)
     add("## " + SECTION_TITLES["limit"])
@@ -650,6 +651,63 @@ def _sweep_table(add: Any, qs: list[tuple[str, dict[str, Any]]]) -> None:
             f"{_f(e['stream_typed_ms']['p50'])} | {_f(e['stream_recall_at_5'])} | "
             f"{_f(e['stream_recall_at_10'])} | {e.get('build_s', '–')} |")
     add("")
+
+
+SET_NAMES = {"synthetic": "well-separated clusters", "overlap": "overlapping clusters",
+             "minilm": "MiniLM captions"}
+
+
+def _semantic_section(add: Any, res: dict[str, Any]) -> None:
+    """Semantic-only search, every system side by side in one run (bench/semantic_bench.py)."""
+    secs = _by_prefix(res, "semantic_")
+    if not secs:
+        return
+    add("")
+    add("## Semantic-only search side by side (issue 27)")
+    add("")
+    add("Command: `.venv/bin/python -m bench --only semantic --scales 100k` (`--sets` picks "
+        "the vector sets; ChromaDB runs in `bench/.venv-peers`, which the benchmark creates). "
+        "One query at a time, k=5 (recall@10 from the same queries at k=10); recall against "
+        "brute force over every row (a row tied with the k-th exact score counts). "
+        "*memory_node*: `MemoryEngine.search(json)`, JSON in and out, query embedding "
+        "excluded (a lookup embedder), after its graph was built and calibrated itself "
+        "(efSearch and rerank depth it chose, and the recall@5 it measured, in the last "
+        "column); measured before and after the others (p50 of the second pass in brackets). "
+        "*FAISS HNSW alone*: `IndexHNSWFlat` on float vectors, no ids, rows or JSON. "
+        "*numpy exact*: one matrix-vector product and a partial sort. Everything on one "
+        "thread except ChromaDB (its own process, its defaults).")
+    for label, r in secs:
+        if "error" in r:
+            add("")
+            add(f"{label}: failed ({r['error']})")
+            continue
+        add("")
+        add(f"**{label.split('_', 1)[1]}**, {r.get('queries')} queries per set; section "
+            f"{r.get('wall_s')} s, load average after {r.get('loadavg_after')} (2 shared "
+            "cores: other work ran at the same time, compare within a set).")
+        add("")
+        add("| set | system | p50 ms | p99 ms | recall@5 | recall@10 | notes |")
+        add("|---|---|---|---|---|---|---|")
+        for vset, rows in r.get("sets", {}).items():
+            for name, row in rows.items():
+                if "error" in row:
+                    add(f"| {SET_NAMES.get(vset, vset)} | {name} | – | – | – | – | "
+                        f"failed: {row['error']} |")
+                    continue
+                lat = row["latency_ms"]
+                note = row.get("how") or ""
+                if name == "memory_node":
+                    c = row.get("calibration") or {}
+                    p2 = row.get("p50_second_pass")
+                    note = (f"efSearch {c.get('ef_search', '–')}, rerank {c.get('rerank', '–')}"
+                            f", calibrated recall@5 {c.get('recall_at_5', '–')} on "
+                            f"{c.get('calibration_queries', '–')} held-out queries"
+                            + (f"; second pass p50 {p2:.3f} ms" if p2 is not None else ""))
+                elif name == "chroma":
+                    note = f"ChromaDB {row.get('version')}, {note}, ingest {row.get('ingest_s')} s"
+                add(f"| {SET_NAMES.get(vset, vset)} | {name} | {lat['p50']:.3f} | "
+                    f"{lat['p99']:.3f} | {row['recall_at_5']:.3f} | {row['recall_at_10']:.3f} "
+                    f"| {note} |")
 
 
 def _index_section(add: Any, res: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from memory_node.core.contract import (
     DEFAULT_RADIUS,
     CompactAnswer,
     ErrorAnswer,
+    IndexInfo,
     PlaceInfo,
     SaveAnswer,
     SaveNote,
@@ -594,7 +595,8 @@ class MemoryEngine:
     # ---- streams / compact ------------------------------------------------------------------
     def list_streams(self) -> StreamsAnswer:
         return StreamsAnswer(streams=[StreamInfo(**e) for e in self.store.stream_stats()],
-                             places=[PlaceInfo(**p.info()) for p in self.places.all()])
+                             places=[PlaceInfo(**p.info()) for p in self.places.all()],
+                             indexes=[IndexInfo(**g) for g in self.indexes.graph_info()] or None)
 
     def mark_recording_clock(self, simulated: bool) -> None:
         """Say which clock the rows are being recorded on (the recorder, at start): a store

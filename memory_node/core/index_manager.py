@@ -220,6 +220,24 @@ class IndexManager:
                  "hnsw": k[0] in self._graphs and not self._graphs[k[0]].exact}
                 for k, i in self._indexes.items()]
 
+    def graph_info(self) -> list[dict]:
+        """Per model: its graph's state and, once calibrated, the efSearch and rerank depth
+        in use with the recall measured (`streams`' "indexes")."""
+        out = []
+        for model_id, graph in list(self._graphs.items()):
+            n = len(graph)
+            state = ("reading" if model_id in self._graph_sources
+                     else "ready" if not graph.exact
+                     else "building" if graph.building else "exact")
+            entry: dict = {"model_id": model_id, "vectors": n, "graph": state}
+            c = graph.current_calibration()
+            if state == "ready" and c is not None:
+                entry.update(ef_search=c.ef_search, rerank=c.rerank, recall_at_5=c.recall_at_5,
+                             recall_at_10=c.recall_at_10, recall_target=c.target,
+                             calibrated_rows=c.rows, calibration_queries=c.queries)
+            out.append(entry)
+        return out
+
     # ---- keeping up with memory.db ------------------------------------------------------------
     def sync(self) -> int:
         """Apply the change feed since the last call. Cheap when nothing changed."""

@@ -257,6 +257,11 @@ class GraphIndex:
                 return False
             return self._needs_build() or len(self._pending) > 0 or self._calibration_due()
 
+    def current_calibration(self) -> cal.Calibration | None:
+        """The calibration serving unrestricted searches now (None: not measured yet)."""
+        c = self.calibration
+        return c if c is not None and c.serial == self._serial else None
+
     def _calibration_due(self) -> bool:
         """A built graph not measured yet, or grown by `calibrate.GROWTH` since."""
         if self.recall_target <= 0 or self._hnsw is None:
@@ -440,10 +445,10 @@ class GraphIndex:
                                    else np.empty(0, np.int64)])
             hold = np.isin(pending, want)
             room = (cal.SAMPLE_QUERIES - int(hold.sum())) if self.recall_target > 0 else 0
-            if room > 0 and len(pending) - int(hold.sum()) >= 4 * cal.MIN_QUERIES:
+            if room > 0 and not hold.all():
                 rest = np.nonzero(~hold)[0]
                 extra = np.random.default_rng(len(pending)).choice(
-                    rest, min(room, len(rest) // 4), replace=False)
+                    rest, min(room, len(rest)), replace=False)
                 hold[extra] = True
             self._held, self._held_codes = pending[hold], pending_codes[hold]
             self._pending, self._pending_codes = pending[~hold], pending_codes[~hold]

@@ -1,0 +1,124 @@
+"""A graph calibrates its search depth to a recall target, measured the way a user's queries
+would see it, re-checks it as it grows, and says what it promises in `streams`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from engine_support import FakeClock, PoseBox, make_engine
+
+from memory_node.core.types import Observation, Pose
+from memory_node.core.vectors.base import top_k
+from memory_node.core.vectors.faiss_index import HNSWIndex
+
+DIM = 32
+
+
+def clustered(n: int, seed: int, spread: float, clusters: int = 60) -> np.ndarray:
+    """Unit vectors around `clusters` centres; a larger `spread` makes clusters overlap (a
+    harder set for a graph: more hops to find the true neighbours)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, DIM))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    v = centres[rng.integers(0, clusters, n)] + spread * rng.standard_normal((n, DIM))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def recall_at_5(idx: HNSWIndex, ids: np.ndarray, vecs: np.ndarray, queries: np.ndarray
+                ) -> float:
+    hits = 0
+    for q in queries:
+        got = idx.search(q, 5)[0]
+        want = top_k(ids, vecs @ q, 5)[0]
+        hits += len(set(got.tolist()) & set(want.tolist()))
+    return hits / (5 * len(queries))
+
+
+def built(vecs: np.ndarray, **kw) -> HNSWIndex:
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, **kw)
+    idx.add(np.arange(1, len(vecs) + 1, dtype=np.int64), vecs)
+    idx.build()
+    return idx
+
+
+def test_calibrated_depth_holds_the_target_on_queries_the_graph_never_saw():
+    for spread, seed in ((0.15, 1), (0.9, 2)):
+        data = clustered(8000, seed, spread)
+        vecs, unseen = data[:7000], data[7000:7200]  # the same distribution, not stored
+        idx = built(vecs)
+        c = idx.calibration
+        assert c is not None and c.met and c.recall_at_5 >= 0.99
+        assert c.queries >= 50 and c.rows == idx.nodes  # rows held out are not nodes
+        # What it promises holds for new queries (within the sample's noise).
+        ids = np.arange(1, len(vecs) + 1, dtype=np.int64)
+        assert recall_at_5(idx, ids, vecs, unseen) >= 0.97
+
+
+def test_easy_data_gets_a_shallower_search_than_hard_data():
+    easy = built(clustered(7000, 3, 0.1)).calibration
+    hard = built(clustered(7000, 3, 1.2, clusters=400)).calibration
+    assert easy is not None and hard is not None
+    assert easy.ef_search < hard.ef_search
+
+
+def test_a_grown_graph_is_measured_again_and_held_rows_are_found():
+    vecs = clustered(9000, 4, 0.5)
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(np.arange(1, 6001, dtype=np.int64), vecs[:6000])
+    while idx.work():  # what the engine's background worker does
+        pass
+    first = idx.calibration
+    assert first is not None and first.rows < 6000
+    idx.add(np.arange(6001, 9001, dtype=np.int64), vecs[6000:])  # +50%
+    while idx.work():
+        pass
+    again = idx.calibration
+    assert again is not None and again is not first and again.rows > first.rows * 1.25
+    # Every row, held out of the graph or not, is found by its own vector.
+    for i in range(0, 9000, 97):
+        assert idx.search(vecs[i], 1)[0].tolist() == [i + 1]
+
+
+def test_real_queries_join_the_next_measurement():
+    vecs = clustered(7000, 5, 0.5)
+    idx = built(vecs)
+    first = idx.calibration
+    assert first is not None and first.real_queries == 0
+    for q in clustered(30, 6, 0.5):
+        idx.search(q, 5)
+    again = idx.calibrate()
+    assert again is not None and again.real_queries == 30
+    assert again.queries == first.queries + 30
+
+
+def test_no_target_no_calibration():
+    idx = built(clustered(7000, 7, 0.5), recall_target=0)
+    assert idx.calibration is None and not idx.needs_work()
+
+
+def test_streams_says_what_the_graph_promises(tmp_path):
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
+                      hnsw_m=8, hnsw_ef_construction=40)
+    vecs = clustered(6000, 8, 0.4)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
+    eng.add_embedded(rows, vecs, "test-clusters-32")
+    assert eng.indexes.wait_for_graphs(120)
+    info = json.loads(eng.streams())["indexes"]
+    assert len(info) == 1
+    entry = info[0]
+    assert entry["model_id"] == "test-clusters-32" and entry["vectors"] == 6000
+    assert entry["graph"] == "ready"
+    assert entry["recall_at_5"] >= entry["recall_target"] == 0.99
+    assert entry["ef_search"] >= 16 and entry["rerank"] >= 16
+    assert entry["calibration_queries"] >= 50 and entry["calibrated_rows"] <= 6000
+    eng.close()
+
+
+def test_streams_of_a_store_without_a_graph_says_exact(tmp_path):
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox())
+    eng.save("the red door")
+    info = json.loads(eng.streams())["indexes"]
+    assert [(e["graph"], e["vectors"]) for e in info] == [("exact", 1)]
+    assert "ef_search" not in info[0]
+    eng.close()
