@@ -659,7 +659,7 @@ SET_NAMES = {"synthetic": "well-separated clusters", "overlap": "overlapping clu
 
 def _semantic_section(add: Any, res: dict[str, Any]) -> None:
     """Semantic-only search, every system side by side in one run (bench/semantic_bench.py)."""
-    secs = _by_prefix(res, "semantic_")
+    secs = _by_prefix(res, "semantic")
     if not secs:
         return
     add("")

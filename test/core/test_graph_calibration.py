@@ -122,3 +122,39 @@ def test_streams_of_a_store_without_a_graph_says_exact(tmp_path):
     assert [(e["graph"], e["vectors"]) for e in info] == [("exact", 1)]
     assert "ef_search" not in info[0]
     eng.close()
+
+
+def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(monkeypatch):
+    """While a first graph is built, a search walks a copy of the part built so far and
+    scores every other row exactly: rows on both sides are found, and so are rows added
+    after the build began."""
+    from memory_node.core.vectors import faiss_index
+
+    vecs = clustered(12000, 9, 0.5)
+    ids = np.arange(1, 12001, dtype=np.int64)
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(ids[:10000], vecs[:10000])
+    seen: list[tuple[int, float, bool]] = []
+    publish = faiss_index.GraphIndex._publish_partial
+
+    def checked(self, *a, **kw):
+        publish(self, *a, **kw)
+        if seen:
+            return
+        covered = self.partial_nodes
+        assert covered is not None and 0 < covered < 10000
+        if len(self) == 10000:
+            self.add_rows("", ids[10000:], vecs[10000:])  # arrives during the build
+        hits = [self.search_parts(vecs[i], 1)[0].tolist() == [i + 1]
+                for i in (*range(0, 12000, 301), 11999)]
+        q = clustered(20, 10, 0.5)
+        rec = np.mean([len(set(self.search_parts(x, 5)[0].tolist())
+                           & set(top_k(ids, vecs @ x, 5)[0].tolist())) / 5 for x in q])
+        seen.append((covered, float(np.mean(hits)), rec >= 0.9))
+
+    monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
+    while idx.work():
+        pass
+    assert seen and seen[0][1] == 1.0 and seen[0][2]
+    assert idx.partial_nodes is None and not idx.building  # the whole graph serves now
+    assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]

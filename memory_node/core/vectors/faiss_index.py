@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
@@ -89,6 +90,8 @@ EXTEND_SLICE_S = 0.01
 # its rows: it fetches the graph's nearest rows, 1/share times as many as an unrestricted
 # search, and keeps those of the parts. Smaller selections are scanned exactly.
 GRAPH_MIN_SHARE = 0.2
+# A first build publishes a copy of its graph for searches after at least this many rows.
+PARTIAL_MIN_ROWS = 4096
 
 
 class GraphIndex:
@@ -142,6 +145,7 @@ class GraphIndex:
         self._held = np.empty(0, np.int64)
         self._held_codes = np.empty(0, np.int16)
         self._calib_tried: tuple[int, int] | None = None  # (graph serial, live rows)
+        self._partial: _Partial | None = None  # the first build so far, while it runs
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
         self._rebuild_asked = False
         self.builds = 0  # graphs built over every part (not counting rows added later)
@@ -178,6 +182,13 @@ class GraphIndex:
         """True while there are enough rows for a graph but none is ready: searches that would
         use it are then exact (slower, same answers)."""
         return self._hnsw is None and len(self) >= self.min_rows
+
+    @property
+    def partial_nodes(self) -> int | None:
+        """While a first graph is built: the rows a copy of it covers so far (searches walk
+        that copy and scan the other rows exactly); None otherwise."""
+        p = self._partial
+        return len(p.ids) if p is not None and self._hnsw is None else None
 
     @property
     def pending(self) -> int:
@@ -374,10 +385,17 @@ class GraphIndex:
             # build runs unlocked.
             snap = [(c, self.parts[name].ids(), self.parts[name].vectors())
                     for c, name in enumerate(self._names)]
+            layouts = [self.parts[name].layout for name in self._names]
+            first = self._hnsw is None  # nothing serves searches but exact scans meanwhile
         total = sum(len(ids) for _c, ids, _v in snap)
         graph = self._new_graph()
-        ids_out, codes_out = [], []
+        ids_out: list[np.ndarray] = []
+        codes_out: list[np.ndarray] = []
         held = self._pick_held([ids for _c, ids, _v in snap], total)
+        # A first build hands searches a copy of the graph as far as it got, every eighth
+        # of the rows: they walk it and scan only the rows it lacks exactly.
+        publish_every = max(PARTIAL_MIN_ROWS, total // 8)
+        added, next_publish = 0, publish_every
         if total:
             if threads:
                 faiss.omp_set_num_threads(threads)  # this thread only (an OpenMP setting)
@@ -396,6 +414,12 @@ class GraphIndex:
                         if out[start:start + 2048].any():
                             chunk = chunk[~out[start:start + 2048]]
                         graph.add(np.ascontiguousarray(chunk))
+                        added += len(chunk)
+                        end = min(len(ids), start + 2048)
+                        if first and next_publish <= added < total - len(held):
+                            next_publish += publish_every
+                            self._publish_partial(graph, ids_out, codes_out, c, ids, out, end,
+                                                  [i for _c, i, _v in snap], layouts, held)
                     ids_out.append(ids[~out])
                     codes_out.append(np.full(int((~out).sum()), c, np.int16))
             finally:
@@ -403,7 +427,55 @@ class GraphIndex:
                     faiss.omp_set_num_threads(1)
         self._adopt(graph, np.concatenate(ids_out) if ids_out else np.empty(0, np.int64),
                     np.concatenate(codes_out) if codes_out else np.empty(0, np.int16), held)
+        self._partial = None
         self.builds += 1
+
+    def _publish_partial(self, graph: faiss.Index, ids_out: list[np.ndarray],
+                         codes_out: list[np.ndarray], c: int, ids: np.ndarray,
+                         out: np.ndarray, end: int, snap_ids: list[np.ndarray],
+                         layouts: list[int], held: np.ndarray) -> None:
+        """Hand searches a copy of the graph being built: parts before `c` whole, part `c`
+        up to row `end` (rows `out` held out), later parts not yet."""
+        node_ids = np.concatenate([*ids_out, ids[:end][~out[:end]]])
+        node_codes = np.concatenate([*codes_out, np.full(int((~out[:end]).sum()), c, np.int16)])
+        cover = {cc: (len(i) if cc < c else end if cc == c else 0, layouts[cc])
+                 for cc, i in enumerate(snap_ids)}
+        # Held-out rows the copy covers (those beyond it are in the exact scan already).
+        held_codes = np.full(len(held), -1, np.int16)
+        for cc, i in enumerate(snap_ids):
+            held_codes[np.isin(held, i[:cover[cc][0]])] = cc
+        copy = faiss.clone_index(graph)  # ~1 ms per 10k nodes; searched without any lock
+        self._partial = _Partial(copy, node_ids, node_codes, cover, held[held_codes >= 0],
+                                 held_codes[held_codes >= 0])
+
+    def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
+                        ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Top-k over `names` while a first graph is built: the copy's best candidates
+        re-scored exactly, held-out rows and every row the copy lacks scored exactly (a
+        matrix-vector product over each part's uncovered tail). None when a part's rows
+        moved since the copy (a removal): the caller scans exactly."""
+        want = max(k + 8, self.rerank)
+        _, pos = p.graph.search(q.reshape(1, -1), want,
+                                params=_hnsw_params(max(self.ef_for(len(p.ids)), want)))
+        pos = pos[0][pos[0] >= 0]
+        cand = np.concatenate([p.ids[pos], p.held])
+        cand_codes = np.concatenate([p.codes[pos], p.held_codes])
+        ids_l, scores_l = [], []
+        for name in names:
+            c = self._names.index(name)
+            part = self.parts[name]
+            covered, layout = p.cover.get(c, (0, part.layout))
+            if part.layout != layout:
+                return None
+            sel = np.unique(cand[cand_codes == c])
+            for i, s in ([part.score_ids(sel, q)] if len(sel) else []) + (
+                    [part.search_range(q, k, covered, len(part))] if len(part) > covered
+                    else []):
+                ids_l.append(i)
+                scores_l.append(s)
+        if not ids_l:
+            return top_k(np.empty(0, np.int64), np.empty(0, np.float32), k)
+        return top_k(np.concatenate(ids_l), np.concatenate(scores_l), k)
 
     def _pick_held(self, ids: list[np.ndarray], total: int) -> np.ndarray:
         """Ids to hold out of a graph (at most 1% of its rows): its calibration queries."""
@@ -533,7 +605,10 @@ class GraphIndex:
                 pending = np.concatenate([pending, self._held])
                 pending_codes = np.concatenate([pending_codes, self._held_codes])
         if graph is None:
-            return (*self.exact_search(q, k, names), True)
+            partial = self._partial
+            got = (self._partial_search(partial, q, k, names)
+                   if partial is not None and not restricted else None)
+            return (*(got if got is not None else self.exact_search(q, k, names)), True)
         codes = tuple(self._names.index(p) for p in names)
         calib = self.calibration
         tuned = (not restricted and calib is not None and calib.serial == self._serial)
@@ -665,6 +740,19 @@ class GraphIndex:
 
 
 MissingVectors = Callable[[list[int]], dict[int, np.ndarray]]
+
+
+@dataclass
+class _Partial:
+    """A copy of a first graph as far as its build got, and what it covers: per part code,
+    (its rows [0, n) are nodes or held out, the part's layout then)."""
+
+    graph: faiss.Index
+    ids: np.ndarray  # node -> id
+    codes: np.ndarray  # node -> part code
+    cover: dict[int, tuple[int, int]]
+    held: np.ndarray  # rows held out of the graph (scored exactly)
+    held_codes: np.ndarray
 
 
 class _Replaced(Exception):
