@@ -192,3 +192,55 @@ def section_semantic(n: int, seed: int, sets: list[str], nq: int, raw_dir: Path,
                     f"@10 {r['recall_at_10']:.3f}")
         out["sets"][vectors] = rows
     return out
+
+
+def profile_query(eng: Any, raw: str, reps: int = 300) -> dict[str, Any]:
+    """Where one semantic-only query's time goes, request text to answer text: each stage of
+    `MemoryEngine.search` run on its own, `reps` times (median µs), and the whole call.
+    *Fixed* is everything but the graph search: what a query pays whatever the index."""
+    from memory_node.core.contract import SearchAnswer, result_item
+    from memory_node.core.engine import dumps
+    from memory_node.core.planner import QueryPlanner
+    from memory_node.core.vectors import top_k
+
+    stages: dict[str, list[float]] = {k: [] for k in (
+        "parse + validate", "plan", "catch-up check + query vector", "graph search",
+        "rank (top-k of hits)", "row fetch (one SELECT)", "result models", "JSON text")}
+    whole: list[float] = []
+    for r in range(reps + 20):
+        ns = time.perf_counter_ns
+        t = [ns()]
+        sq = eng.read_search(raw)
+        t.append(ns())
+        plan = eng.plan(sq)
+        t.append(ns())
+        planner = QueryPlanner(eng.store, eng.indexes, eng.query_vector, eng.sync)
+        planner.sync()
+        keys = eng.indexes.keys_for(plan.streams)
+        qvecs = {m: eng.query_vector(m, plan.semantic_query) for m in {k[0] for k in keys}}
+        t.append(ns())
+        notes: list[str] = []
+        hits = planner._unfiltered(plan, keys, qvecs, notes)
+        t.append(ns())
+        ids, vals = top_k(np.concatenate(hits.ids), np.concatenate(hits.scores), plan.k)
+        t.append(ns())
+        rows = eng.store.get(ids.tolist())
+        t.append(ns())
+        results = [result_item(rows[i], float(s)) for i, s in zip(ids.tolist(), vals.tolist(),
+                                                                  strict=True)]
+        ans = SearchAnswer(results=results, count=len(results), notes=notes or None)
+        ans.took_ms = 0.1
+        t.append(ns())
+        dumps(ans)
+        t.append(ns())
+        t1 = ns()
+        eng.search(raw)
+        t2 = ns()
+        if r >= 20:
+            for name, a, b in zip(stages, t, t[1:], strict=False):
+                stages[name].append((b - a) / 1e3)
+            whole.append((t2 - t1) / 1e3)
+    med = {k: round(float(np.median(v)), 1) for k, v in stages.items()}
+    fixed = round(sum(v for k, v in med.items() if k != "graph search"), 1)
+    return {"stages_us": med, "fixed_us": fixed, "sum_us": round(sum(med.values()), 1),
+            "whole_call_us": round(float(np.median(whole)), 1), "reps": reps}

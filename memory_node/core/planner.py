@@ -157,7 +157,7 @@ class QueryPlanner:
             if building:
                 graph = self.indexes.graph(model_id)
                 part = graph.partial_nodes if graph is not None else None
-                if part is not None and req.streams is None:
+                if graph is not None and part is not None and req.streams is None:
                     notes.append(f"the graph index of {', '.join(sorted(names))} is being "
                                  f"built in the background: {part} of {len(graph)} rows are "
                                  "in it so far; the others were scanned exactly")

@@ -511,17 +511,12 @@ class GraphIndex:
             pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
             pending_codes = (np.concatenate(pend_codes) if pend_codes
                              else np.empty(0, np.int16))
-            # Rows out of the graph stay held out (those asked for, those held before, and
-            # up to the sample size of the rest): they measure it as unseen queries.
+            # Rows held out before, or asked for, stay out of the graph: they measure it as
+            # unseen queries (more are held out as rows are added: see `_extend`).
             want = np.concatenate([self._held, held if held is not None
                                    else np.empty(0, np.int64)])
-            hold = np.isin(pending, want)
-            room = (cal.SAMPLE_QUERIES - int(hold.sum())) if self.recall_target > 0 else 0
-            if room > 0 and not hold.all():
-                rest = np.nonzero(~hold)[0]
-                extra = np.random.default_rng(len(pending)).choice(
-                    rest, min(room, len(rest)), replace=False)
-                hold[extra] = True
+            hold = np.isin(pending, want) if self.recall_target > 0 else np.zeros(
+                len(pending), bool)
             self._held, self._held_codes = pending[hold], pending_codes[hold]
             self._pending, self._pending_codes = pending[~hold], pending_codes[~hold]
             self._dead = int((new_codes < 0).sum())
@@ -653,8 +648,9 @@ class GraphIndex:
     # vector files hold already, so they are encoded again when the graph is read (the same
     # bytes: the same ranges, the same vectors). That keeps 384 bytes a row off the disk.
     def save_graph(self, path: Path) -> bool:
-        """Write `path` (the links), `.graph_ids.npy` (node ids, tombstones included) and
-        `.quantizer` (the storage, empty). False when no graph is built."""
+        """Write `path` (the links), `.graph_ids.npy` (node ids, tombstones included),
+        `.quantizer` (the storage, empty) and `.held.npy` (ids held out of the graph for its
+        calibration). False when no graph is built."""
         with self._lock:
             if self._hnsw is None:
                 return False
@@ -664,8 +660,10 @@ class GraphIndex:
                                   faiss.IO_FLAG_SKIP_STORAGE)
                 quantizer = _empty_storage(self._hnsw)
                 graph_ids = self._hnsw_ids.copy()
+            held = self._held.copy()
         faiss.write_index(quantizer, str(path.with_suffix(".quantizer")))
         np.save(path.with_suffix(".graph_ids.npy"), graph_ids)
+        np.save(path.with_suffix(".held.npy"), held)
         tmp.replace(path)
         return True
 
@@ -680,19 +678,23 @@ class GraphIndex:
             else:  # saved with its codes (an earlier release)
                 graph = faiss.read_index(str(path))  # already of its concrete class
             ids = np.load(path.with_suffix(".graph_ids.npy"))
+            held_path = path.with_suffix(".held.npy")
+            held = np.load(held_path) if held_path.exists() else None
         except Exception:  # noqa: BLE001 - a corrupt cache file just means "rebuild"
             return False
-        return self.use_graph(graph, ids, quantizer, vectors_of)
+        return self.use_graph(graph, ids, quantizer, vectors_of, held=held)
 
     def use_graph(self, graph: faiss.Index, ids: np.ndarray,
                   quantizer: faiss.Index | None = None,
                   vectors_of: MissingVectors | None = None,
-                  cancelled: Callable[[], bool] = lambda: False) -> bool:
+                  cancelled: Callable[[], bool] = lambda: False,
+                  held: np.ndarray | None = None) -> bool:
         """Adopt a graph read elsewhere (node i holds id ids[i]) if it was built with these
         settings; False (and no change) otherwise. A graph read without its storage gets
         `quantizer` (empty, trained) filled with its nodes' vectors: from the parts, then
         `vectors_of(ids)` for nodes removed since (their vectors, where still kept), zeros
-        for the rest (tombstones: searches skip them, walks still pass through)."""
+        for the rest (tombstones: searches skip them, walks still pass through). `held`: ids
+        the graph was built without, to keep out of it (its calibration queries)."""
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
         if graph.ntotal != len(ids) or ids.dtype != np.int64 or ids.ndim != 1:
@@ -713,7 +715,9 @@ class GraphIndex:
             quantizer.this.disown()  # type: ignore[attr-defined]  # the graph frees it now
         elif graph.storage is None:  # type: ignore[attr-defined]
             return False
-        self._adopt(graph, ids)
+        if held is not None and (held.dtype != np.int64 or held.ndim != 1):
+            held = None
+        self._adopt(graph, ids, held=held)
         self.schedule()
         return True
 
