@@ -144,7 +144,8 @@ class GraphIndex:
         # queries a calibration measures it with, as it would a query that is not a node.
         self._held = np.empty(0, np.int64)
         self._held_codes = np.empty(0, np.int16)
-        self._calib_tried: tuple[int, int] | None = None  # (graph serial, live rows)
+        # (graph serial, live rows, queries) when last measured or tried
+        self._calib_tried: tuple[int, int, int] | None = None
         self._partial: _Partial | None = None  # the first build so far, while it runs
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
         self._rebuild_asked = False
@@ -279,7 +280,9 @@ class GraphIndex:
             return False
         tried = self._calib_tried
         live = len(self._hnsw_ids) - self._dead
-        return tried is None or tried[0] != self._serial or live > tried[1] * (1 + cal.GROWTH)
+        have = len(self._held) + len(self._recent)  # queries to measure with
+        return (tried is None or tried[0] != self._serial or live > tried[1] * (1 + cal.GROWTH)
+                or tried[2] < cal.MIN_QUERIES <= have)
 
     def _needs_build(self) -> bool:
         return (self._hnsw is None or self._rebuild_asked
@@ -331,7 +334,7 @@ class GraphIndex:
             parts = [self.parts[name] for name in self._names]
             recent = list(self._recent)
             held, held_codes = self._held, self._held_codes
-            self._calib_tried = (serial, int((codes >= 0).sum()))
+            self._calib_tried = (serial, int((codes >= 0).sum()), len(held) + len(recent))
         snap_parts = [(p.ids(), p.vectors()) for p in parts]
         own = np.zeros((len(held), self.dim), np.float32)
         keep = np.zeros(len(held), bool)
