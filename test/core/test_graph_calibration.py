@@ -158,3 +158,44 @@ def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(mon
     assert seen and seen[0][1] == 1.0 and seen[0][2]
     assert idx.partial_nodes is None and not idx.building  # the whole graph serves now
     assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
+
+
+def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_path,
+                                                                            monkeypatch):
+    """The engine's answer during a first build names the rows in the graph so far; its
+    results are ranked by their exact scores."""
+    import pytest
+    from engine_support import minilm
+
+    from memory_node.core.vectors import faiss_index
+
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
+                      hnsw_m=8, hnsw_ef_construction=40)
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((40, 384))
+    vecs = (centres[rng.integers(0, 40, 10000)] + 0.05 * rng.standard_normal((10000, 384))
+            ).astype(np.float32)
+    answers: list[dict] = []
+    publish = faiss_index.GraphIndex._publish_partial
+
+    def checked(self, *a, **kw):
+        publish(self, *a, **kw)
+        if not answers:  # in the background worker, between two chunks of the build
+            answers.append(json.loads(eng.search('{"semantic_query": "a red door", "k": 5}')))
+
+    monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(10000)]
+    ids = eng.add_embedded(rows, vecs, minilm().model_id)
+    assert eng.indexes.wait_for_graphs(300)
+    assert answers, "no partial graph was handed to searches"
+    ans = answers[0]
+    assert ans["ok"] and ans["count"] == 5
+    assert any("rows are in it so far" in n for n in ans["notes"])
+    scores = [r["score"] for r in ans["results"]]
+    assert scores == sorted(scores, reverse=True)
+    q = minilm().embed_texts(["a red door"])[0]
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    at = {i: j for j, i in enumerate(ids)}
+    for r in ans["results"]:  # exact cosines of the rows returned
+        assert r["score"] == pytest.approx(float(unit[at[r["id"]]] @ q), abs=1e-5)
+    eng.close()
