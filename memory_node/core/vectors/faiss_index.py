@@ -144,6 +144,8 @@ class GraphIndex:
         # queries a calibration measures it with, as it would a query that is not a node.
         self._held = np.empty(0, np.int64)
         self._held_codes = np.empty(0, np.int16)
+        # (ids, codes, vectors) of the held rows, copied together: one small product a search
+        self._held_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # (graph serial, live rows, queries) when last measured or tried
         self._calib_tried: tuple[int, int, int] | None = None
         self._partial: _Partial | None = None  # the first build so far, while it runs
@@ -227,6 +229,7 @@ class GraphIndex:
                 self._pending, self._pending_codes = self._pending[keep], self._pending_codes[keep]
                 keep = ~np.isin(self._held, ids)
                 self._held, self._held_codes = self._held[keep], self._held_codes[keep]
+                self._held_rows = None
         if removed:
             self.schedule()
         return removed
@@ -521,6 +524,7 @@ class GraphIndex:
             hold = np.isin(pending, want) if self.recall_target > 0 else np.zeros(
                 len(pending), bool)
             self._held, self._held_codes = pending[hold], pending_codes[hold]
+            self._held_rows = None
             self._pending, self._pending_codes = pending[~hold], pending_codes[~hold]
             self._dead = int((new_codes < 0).sum())
 
@@ -538,6 +542,7 @@ class GraphIndex:
                 if short > 0 and len(take) >= 8:  # one row in 8 held out until there are enough
                     out = np.zeros(len(take), bool)
                     out[7::8][:short] = True
+                    self._held_rows = None
                     self._held = np.concatenate([self._held, take[out]])
                     self._held_codes = np.concatenate([self._held_codes, take_codes[out]])
                     take, take_codes = take[~out], take_codes[~out]
@@ -599,9 +604,7 @@ class GraphIndex:
         with self._lock:
             graph, dead = self._hnsw, self._dead
             pending, pending_codes = self._pending, self._pending_codes
-            if len(self._held):
-                pending = np.concatenate([pending, self._held])
-                pending_codes = np.concatenate([pending_codes, self._held_codes])
+            held = self._held_matrix() if len(self._held) else None
         if graph is None:
             partial = self._partial
             got = (self._partial_search(partial, q, k, names)
@@ -640,10 +643,37 @@ class GraphIndex:
         ids = np.concatenate(ids_l) if ids_l else np.empty(0, np.int64)
         scores = np.concatenate(scores_l) if scores_l else np.empty(0, np.float32)
         from_graph = len(ids) - min(len(pending), len(ids))
-        if from_graph < (min(k + 8, sel_n - len(pending)) if restricted
-                         else min(k, sel_n - len(pending))):
+        n_held = 0 if held is None else len(held[0])
+        if from_graph < (min(k + 8, sel_n - len(pending) - n_held) if restricted
+                         else min(k, sel_n - len(pending) - n_held)):
             return (*self.exact_search(q, k, names), False)  # too few: see above
+        if held is not None and n_held:
+            h_ids, h_codes, h_vecs = held
+            h_scores = h_vecs @ q
+            if restricted:
+                mine = np.isin(h_codes, codes)
+                h_ids, h_scores = h_ids[mine], h_scores[mine]
+            ids, scores = np.concatenate([ids, h_ids]), np.concatenate([scores, h_scores])
         return (*top_k(ids, scores, k), False)
+
+    def _held_matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The held rows' ids, part codes and vectors in one array (call under the lock)."""
+        rows = self._held_rows
+        if rows is None:
+            ids_l, codes_l, vecs_l = [], [], []
+            for c, name in enumerate(self._names):
+                sel = self._held[self._held_codes == c]
+                if len(sel):
+                    hit, vecs = self.parts[name].vectors_of(sel)
+                    ids_l.append(sel[hit])
+                    codes_l.append(np.full(int(hit.sum()), c, np.int16))
+                    vecs_l.append(vecs.reshape(-1, self.dim))
+            rows = self._held_rows = (
+                np.concatenate(ids_l) if ids_l else np.empty(0, np.int64),
+                np.concatenate(codes_l) if codes_l else np.empty(0, np.int16),
+                np.ascontiguousarray(np.concatenate(vecs_l), np.float32) if vecs_l
+                else np.empty((0, self.dim), np.float32))
+        return rows
 
     # ---- persistence of the graph (the expensive part to rebuild) -------------------------
     # The graph is saved as its links, its node ids and an empty copy of its storage (the
