@@ -717,6 +717,33 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
                     f"{b['with_partial_graph']} of them walked a copy of the part built; second "
                     f"half p50 {b['second_half_latency_ms']['p50']:.3f} ms, recall@5 "
                     f"{b['second_half_recall_at_5']:.3f} |")
+        _profile_table(add, r)
+
+
+def _profile_table(add: Any, r: dict[str, Any]) -> None:
+    """Where one semantic-only query's time goes, per set (bench/semantic_bench.py)."""
+    profs = {v: rows["memory_node"].get("profile") for v, rows in r.get("sets", {}).items()
+             if isinstance(rows.get("memory_node"), dict)}
+    profs = {v: p for v, p in profs.items() if p}
+    if not profs:
+        return
+    add("")
+    add("Where one semantic-only query's time goes, request text to answer text "
+        "(`MemoryEngine.search`, k=5): each stage run on its own, median µs over "
+        f"{next(iter(profs.values()))['reps']} runs; *fixed* is every stage but the graph "
+        "search (what a query pays whatever the index); *whole call* the same query "
+        "through `search` (it adds the error guard and the timing).")
+    add("")
+    add("| stage | " + " | ".join(SET_NAMES.get(v, v) for v in profs) + " |")
+    add("|---|" + "---|" * len(profs))
+    stages = list(next(iter(profs.values()))["stages_us"])
+    for st in stages:
+        add(f"| {st} | " + " | ".join(f"{p['stages_us'].get(st, 0):.1f}" for p in
+                                       profs.values()) + " |")
+    add("| **fixed (all but the graph search)** | " + " | ".join(
+        f"**{p['fixed_us']:.1f}**" for p in profs.values()) + " |")
+    add("| whole call | " + " | ".join(f"{p['whole_call_us']:.1f}" for p in profs.values())
+        + " |")
 
 
 def _index_section(add: Any, res: dict[str, Any]) -> None:

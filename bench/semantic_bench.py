@@ -76,8 +76,10 @@ def _ours(mem: Path, ds: Any, queries: list[dict[str, Any]], qv: np.ndarray,
                 got.append([x["id"] for x in json.loads(s)["results"]])
             res[k] = (lat, got)
         log(f"    memory_node {info[0] if info else '?'}")
+        prof = profile_query(eng, json.dumps({"semantic_query": queries[0]["text"], "k": 5}))
+        log(f"    profile {prof}")
         return _row(res[5][0], res[5][1], res[10][1], ds, qv, kth,
-                    calibration=res["calibration"], waited_s=res["waited_s"])
+                    calibration=res["calibration"], waited_s=res["waited_s"], profile=prof)
     finally:
         eng.close()
 
