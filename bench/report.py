@@ -672,7 +672,7 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
         "*memory_node*: `MemoryEngine.search(json)`, JSON in and out, query embedding "
         "excluded (a lookup embedder), after its graph was built and calibrated itself "
         "(efSearch and rerank depth it chose, and the recall@5 it measured, in the last "
-        "column); measured before and after the others (p50 of the second pass in brackets). "
+        "column); measured before and after the others (the second pass's p50 in the notes). "
         "*FAISS HNSW alone*: `IndexHNSWFlat` on float vectors, no ids, rows or JSON. "
         "*numpy exact*: one matrix-vector product and a partial sort. Everything on one "
         "thread except ChromaDB (its own process, its defaults).")
@@ -718,6 +718,7 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
                     f"half p50 {b['second_half_latency_ms']['p50']:.3f} ms, recall@5 "
                     f"{b['second_half_recall_at_5']:.3f} |")
         _profile_table(add, r)
+    add("")
 
 
 def _profile_table(add: Any, r: dict[str, Any]) -> None:
