@@ -189,7 +189,7 @@ def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_
     assert eng.indexes.wait_for_graphs(300)
     assert answers, "no partial graph was handed to searches"
     ans = answers[0]
-    assert ans["ok"] and ans["count"] == 5
+    assert ans["ok"] and ans["count"] == 5, ans
     assert any("rows are in it so far" in n for n in ans["notes"])
     scores = [r["score"] for r in ans["results"]]
     assert scores == sorted(scores, reverse=True)
