@@ -338,7 +338,10 @@ class GraphIndex:
             recent = list(self._recent)
             held, held_codes = self._held, self._held_codes
             self._calib_tried = (serial, int((codes >= 0).sum()), len(held) + len(recent))
-        snap_parts = [(p.ids(), p.vectors()) for p in parts]
+        snap_parts = []
+        for p in parts:
+            with p._lock:  # ids and rows as one view
+                snap_parts.append((p.ids(), p.vectors()))
         own = np.zeros((len(held), self.dim), np.float32)
         keep = np.zeros(len(held), bool)
         for c, part in enumerate(parts):
@@ -363,8 +366,8 @@ class GraphIndex:
         try:
             result = cal.calibrate(snap, own, real, self.recall_target, cancelled,
                                    [p.find for p in parts], serial)
-        except _Replaced:  # rebuilt meanwhile: the new graph is measured next
-            return None
+        except (_Replaced, IndexError):  # rebuilt (measured next), or rows removed meanwhile
+            return None  # (measured again once it grows)
         if result is None:  # cancelled: measured again next time
             with self._lock:
                 self._calib_tried = None
