@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         sets = args.sets.split(",")
         for n in scales:
             sq = nq if n <= 100_000 else min(nq, 100)
-            run(f"semantic_{scale_label(n)}", {"n": n, "sets": sets, "nq": sq,
+            tag = "" if args.sets == "synthetic,overlap,minilm" else "_" + "_".join(sets)
+            run(f"semantic_{scale_label(n)}{tag}", {"n": n, "sets": sets, "nq": sq,
                                               "peers": "chroma" in peers},
                 lambda n=n, sq=sq: section_semantic(n, args.seed, sets, sq, raw, log,
                                                     peers="chroma" in peers))

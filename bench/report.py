@@ -682,9 +682,13 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
             add(f"{label}: failed ({r['error']})")
             continue
         add("")
-        add(f"**{label.split('_', 1)[1]}**, {r.get('queries')} queries per set; section "
-            f"{r.get('wall_s')} s, load average after {r.get('loadavg_after')} (2 shared "
-            "cores: other work ran at the same time, compare within a set).")
+        sets = (r.get("params") or {}).get("sets") or list(r.get("sets", {}))
+        add(f"**{scale_label(r.get('n', 0))}**, {r.get('queries')} queries per set "
+            f"(`python -m bench --only semantic --scales {scale_label(r.get('n', 0))} --sets "
+            f"{','.join(sets)}`); section {r.get('wall_s')} s, load average after "
+            f"{r.get('loadavg_after')} (2 shared cores: other work may run at the same time, "
+            "compare within a set).")
+        _semantic_verdicts(add, r)
         add("")
         add("| set | system | p50 ms | p99 ms | recall@5 | recall@10 | notes |")
         add("|---|---|---|---|---|---|---|")
@@ -719,6 +723,33 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
                     f"{b['second_half_recall_at_5']:.3f} |")
         _profile_table(add, r)
     add("")
+
+
+def _semantic_verdicts(add: Any, r: dict[str, Any]) -> None:
+    """Issue 27's bars: p50 <= 1.0 ms at 100k (4 ms at 1M) and below ChromaDB's in the same
+    run, recall@5 >= 0.99; <= 3 ms at 100k while the graph is built."""
+    n = r.get("n", 0)
+    bar = 1.0 if n <= 100_000 else 4.0
+    add("")
+    for vset, rows in r.get("sets", {}).items():
+        ours, chroma = rows.get("memory_node") or {}, rows.get("chroma") or {}
+        if "latency_ms" not in ours:
+            continue
+        p50, rec = ours["latency_ms"]["p50"], ours["recall_at_5"]
+        vs = "ChromaDB not run"
+        if "latency_ms" in chroma:
+            c50 = chroma["latency_ms"]["p50"]
+            vs = (f"ChromaDB {c50:.3f} ms (recall@5 {chroma['recall_at_5']:.3f}): "
+                  f"{'below' if p50 < c50 else 'NOT below'}")
+        ok = p50 <= bar and rec >= 0.99
+        add(f"- {SET_NAMES.get(vset, vset)}: memory_node p50 {p50:.3f} ms (bar {bar} ms), "
+            f"recall@5 {rec:.3f} (bar 0.99): {'met' if ok else 'NOT met'}; {vs}.")
+        b = (r.get("building") or {}).get(vset)
+        if b and "latency_ms" in b:
+            bp = b["latency_ms"]["p50"]
+            add(f"- {SET_NAMES.get(vset, vset)}, while the graph is built: p50 {bp:.3f} ms "
+                f"(bar 3 ms): {'met' if bp <= 3.0 else 'NOT met'}, recall@5 "
+                f"{b['recall_at_5']:.3f}.")
 
 
 def _profile_table(add: Any, r: dict[str, Any]) -> None:
