@@ -317,11 +317,12 @@ class GraphIndex:
                 return False
             rebuild = self._needs_build()
             pending = len(self._pending) > 0
+            measure = self._calibration_due()
         if rebuild:
             self._build(cancelled, threads)
         elif pending:
             self._extend(EXTEND_SLICE_S)
-        else:
+        elif measure:
             self.calibrate(cancelled)
         return self.needs_work()
 
