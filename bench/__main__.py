@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sets", default="synthetic,overlap,minilm",
                    help="semantic: vector sets side by side (well-separated clusters, "
                    "overlapping clusters, MiniLM captions)")
+    p.add_argument("--build-watch", default="synthetic",
+                   help="semantic: the set whose graph build from nothing is watched ('none': "
+                   "no build watched)")
     p.add_argument("--rebuild-max", default="100k",
                    help="largest scale whose start-up rebuild is re-measured (the figure from "
                    "the store's build is reported above it)")
@@ -209,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             run(f"semantic_{scale_label(n)}{tag}", {"n": n, "sets": sets, "nq": sq,
                                               "peers": "chroma" in peers},
                 lambda n=n, sq=sq: section_semantic(n, args.seed, sets, sq, raw, log,
-                                                    peers="chroma" in peers))
+                                                    peers="chroma" in peers,
+                                                    watch=args.build_watch))
     if "ros" in only:
         from bench.ros_bench import section_ros
 
