@@ -199,3 +199,20 @@ def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_
     for r in ans["results"]:  # exact cosines of the rows returned
         assert r["score"] == pytest.approx(float(unit[at[r["id"]]] @ q), abs=1e-5)
     eng.close()
+
+
+def test_a_graph_measured_before_real_queries_is_measured_again_once_they_come():
+    vecs = clustered(7000, 12, 0.5)
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(np.arange(1, 7001, dtype=np.int64), vecs)
+    while idx.work():
+        pass
+    first = idx.calibration
+    assert first is not None and first.real_queries == 0 and not idx.needs_work()
+    for q in clustered(64, 13, 0.5):  # an agent's questions
+        idx.search(q, 5)
+    assert idx.needs_work()
+    while idx.work():
+        pass
+    again = idx.calibration
+    assert again is not None and again.real_queries == 64 and not idx.needs_work()

@@ -111,8 +111,9 @@ class GraphIndex:
     as tombstones that searches skip, and the graph is rebuilt in the background once they
     exceed `DEAD_REBUILD_SHARE`. Without a scheduler the same work runs inside the search.
 
-    With a `recall_target` (> 0) the graph calibrates itself once built and again whenever
-    its live rows grew by `calibrate.GROWTH`: the cheapest efSearch and rerank depth whose
+    With a `recall_target` (> 0) the graph calibrates itself once built, again whenever
+    its live rows grew by `calibrate.GROWTH`, and once real queries have come after a
+    measurement made without them: the cheapest efSearch and rerank depth whose
     measured recall@5 holds the target serve unrestricted searches (`calibration` says what
     was measured); until then `ef_for` and `rerank` do. Searches restricted to some parts
     keep `ef_for` (their answers are checked against the parts' exact ranking anyway).
@@ -146,8 +147,8 @@ class GraphIndex:
         self._held_codes = np.empty(0, np.int16)
         # (ids, codes, vectors) of the held rows, copied together: one small product a search
         self._held_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        # (graph serial, live rows, queries) when last measured or tried
-        self._calib_tried: tuple[int, int, int] | None = None
+        # (graph serial, live rows, queries, real ones) when last measured or tried
+        self._calib_tried: tuple[int, int, int, int] | None = None
         self._partial: _Partial | None = None  # the first build so far, while it runs
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
         self._rebuild_asked = False
@@ -285,7 +286,9 @@ class GraphIndex:
         live = len(self._hnsw_ids) - self._dead
         have = len(self._held) + len(self._recent)  # queries to measure with
         return (tried is None or tried[0] != self._serial or live > tried[1] * (1 + cal.GROWTH)
-                or tried[2] < cal.MIN_QUERIES <= have)
+                or tried[2] < cal.MIN_QUERIES <= have
+                # measured before real queries came: again once a full set of them has
+                or tried[3] < cal.RECENT_QUERIES <= len(self._recent))
 
     def _needs_build(self) -> bool:
         return (self._hnsw is None or self._rebuild_asked
@@ -338,7 +341,8 @@ class GraphIndex:
             parts = [self.parts[name] for name in self._names]
             recent = list(self._recent)
             held, held_codes = self._held, self._held_codes
-            self._calib_tried = (serial, int((codes >= 0).sum()), len(held) + len(recent))
+            self._calib_tried = (serial, int((codes >= 0).sum()), len(held) + len(recent),
+                                 len(recent))
         snap_parts = []
         for p in parts:
             with p._lock:  # ids and rows as one view
