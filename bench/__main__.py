@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             run(f"peers_{scale_label(n)}", {"n": n, "vectors": v, "nq": pq, "peers": peers},
                 lambda n=n, v=v, pq=pq: section_peers(n, args.seed, v, pq, peers, raw, log,
                                                       reuse_raw=args.resume))
-    if "semantic" in only and not quick:
+    # Only when asked for by name (--only semantic): three stores per scale, MiniLM at 1M
+    # would embed a million texts.
+    if "semantic" in only and not quick and args.only and "semantic" in args.only.split(","):
         from bench.semantic_bench import section_semantic
 
         sets = args.sets.split(",")
