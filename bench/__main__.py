@@ -28,7 +28,7 @@ from bench.common import (
 )
 
 SECTIONS = ("limit", "embed", "query", "prototypes", "save", "ingest", "footprint", "peers",
-            "ros", "index", "tf_load")
+            "ros", "index", "tf_load", "semantic")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,6 +46,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peers", default=None,
                    help="comma list of peers (sqlite-vec,chroma,milvus-lite,memsearch)")
     p.add_argument("--peer-scales", default="100k", help="scales the peers run at")
+    p.add_argument("--sets", default="synthetic,overlap,minilm",
+                   help="semantic: vector sets side by side (well-separated clusters, "
+                   "overlapping clusters, MiniLM captions)")
+    p.add_argument("--build-watch", default="synthetic",
+                   help="semantic: the set whose graph build from nothing is watched ('none': "
+                   "no build watched)")
     p.add_argument("--rebuild-max", default="100k",
                    help="largest scale whose start-up rebuild is re-measured (the figure from "
                    "the store's build is reported above it)")
@@ -196,6 +202,20 @@ def main(argv: list[str] | None = None) -> int:
             run(f"peers_{scale_label(n)}", {"n": n, "vectors": v, "nq": pq, "peers": peers},
                 lambda n=n, v=v, pq=pq: section_peers(n, args.seed, v, pq, peers, raw, log,
                                                       reuse_raw=args.resume))
+    # Only when asked for by name (--only semantic): three stores per scale, MiniLM at 1M
+    # would embed a million texts.
+    if "semantic" in only and not quick and args.only and "semantic" in args.only.split(","):
+        from bench.semantic_bench import section_semantic
+
+        sets = args.sets.split(",")
+        for n in scales:
+            sq = nq if n <= 100_000 else min(nq, 100)
+            tag = "" if args.sets == "synthetic,overlap,minilm" else "_" + "_".join(sets)
+            run(f"semantic_{scale_label(n)}{tag}", {"n": n, "sets": sets, "nq": sq,
+                                              "peers": "chroma" in peers},
+                lambda n=n, sq=sq: section_semantic(n, args.seed, sets, sq, raw, log,
+                                                    peers="chroma" in peers,
+                                                    watch=args.build_watch))
     if "ros" in only:
         from bench.ros_bench import section_ros
 

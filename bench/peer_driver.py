@@ -224,6 +224,34 @@ def peer_chroma(w: Workload, work: Path, out: dict[str, Any]) -> None:
     out["kinds"]["semantic"]["how"] = "default HNSW (space ip)"
 
 
+def peer_chroma_semantic(w: Workload, work: Path, out: dict[str, Any]) -> None:
+    """ChromaDB on semantic-only queries alone, at k and at 10 (bench/semantic_bench.py)."""
+    import chromadb
+    from chromadb.config import Settings
+
+    out["version"] = version("chromadb")
+    client = chromadb.PersistentClient(path=str(work / "chroma"),
+                                       settings=Settings(anonymized_telemetry=False))
+    col = client.create_collection("bench", embedding_function=None,
+                                   configuration={"hnsw": {"space": "ip"}})
+    t0 = time.perf_counter()
+    batch = min(5000, client.get_max_batch_size())
+    for s in range(0, w.n, batch):
+        e = min(w.n, s + batch)
+        col.add(ids=[str(i + 1) for i in range(s, e)], embeddings=np.asarray(w.vecs[s:e]))
+    out["ingest_s"] = time.perf_counter() - t0
+
+    def semantic(kk: int) -> Callable[[int], tuple[Result, int]]:
+        def run(i: int) -> tuple[Result, int]:
+            res = col.query(query_embeddings=[w.qvec[i]], n_results=kk, include=["distances"])
+            return ([int(x) for x in res["ids"][0]], [1.0 - d for d in res["distances"][0]]), 1
+        return run
+
+    run_kind("semantic", w, semantic(w.k), out)
+    out["kinds"]["semantic"]["how"] = "default HNSW (space ip)"
+    run_kind("semantic10", w, semantic(10), out)
+
+
 # ---- Milvus Lite (pymilvus) -------------------------------------------------------------------
 def _milvus_expr(w: Workload, i: int) -> str:
     nx, ny = map(float, w.near[i])
@@ -315,7 +343,7 @@ def peer_memsearch(w: Workload, work: Path, out: dict[str, Any]) -> None:
 
 
 PEERS = {"sqlite-vec": peer_sqlite_vec, "chroma": peer_chroma, "milvus-lite": peer_milvus,
-         "memsearch": peer_memsearch}
+         "memsearch": peer_memsearch, "chroma-semantic": peer_chroma_semantic}
 
 
 def main() -> None:

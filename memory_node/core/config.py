@@ -52,13 +52,18 @@ class MemoryConfig:
     # when those streams hold this many and a fifth of the graph, else scans them exactly
     # (efSearch grows with the graph: 1.5x above 50k vectors, 2.5x above 150k, 3x above
     # 500k). Storage "sq8": 8-bit codes in the graph, its best hnsw_rerank candidates
-    # re-scored with the float vectors; "flat": float copies.
+    # re-scored with the float vectors; "flat": float copies. Each graph calibrates itself in
+    # the background (once built, again after growing by a quarter): it keeps the smallest
+    # efSearch and rerank depth whose recall@5, measured against exact search on rows held
+    # out of it and recent queries, holds hnsw_recall_target (0: no calibration). Until then,
+    # and for searches within some streams, the grown hnsw_ef_search and hnsw_rerank serve.
     hnsw_min_rows: int = 20000
     hnsw_m: int = 48
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
     hnsw_storage: str = "sq8"
     hnsw_rerank: int = 40
+    hnsw_recall_target: float = 0.99
     index_persist_interval_s: float = 300.0
     # Near-duplicate notes (same meaning, same place, within a window) are folded on save.
     note_fold_similarity: float = 0.9
@@ -134,6 +139,8 @@ class MemoryConfig:
                self.hnsw_rerank) < 1:
             raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
                               "must be >= 1")
+        if not 0 <= self.hnsw_recall_target <= 1:
+            raise ConfigError("hnsw_recall_target must be between 0 (no calibration) and 1")
         if self.compact_clock not in ("store", "clock"):
             raise ConfigError("compact_clock must be 'store' or 'clock'")
         if not self.visit_gap_s > 0:

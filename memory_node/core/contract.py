@@ -600,11 +600,34 @@ class StreamInfo(Answer):
     reembed_pending: int | None = None
 
 
+class IndexInfo(Answer):
+    """One embedding model's vector index: what an unfiltered semantic search uses and what
+    it promises. `graph`: "exact" (too few rows for one), "building", "reading" (from the
+    cache), "ready"; with a calibrated graph, the efSearch and rerank depth in use and the
+    recall@5/@10 measured with them against exact search, on `calibration_queries` queries
+    at `calibrated_rows` rows."""
+
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({
+        "ef_search", "rerank", "recall_at_5", "recall_at_10", "recall_target",
+        "calibrated_rows", "calibration_queries"})
+    model_id: str
+    vectors: int
+    graph: Literal["exact", "building", "reading", "ready"]
+    ef_search: int | None = None
+    rerank: int | None = None
+    recall_at_5: float | None = None
+    recall_at_10: float | None = None
+    recall_target: float | None = None
+    calibrated_rows: int | None = None
+    calibration_queries: int | None = None
+
+
 class StreamsAnswer(Answer):
-    omit_if_none: ClassVar[frozenset[str]] = frozenset({"places", "took_ms"})
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"places", "took_ms", "indexes"})
     ok: Literal[True] = True
     streams: list[StreamInfo] = Field(default_factory=list)
     places: list[PlaceInfo] | None = None
+    indexes: list[IndexInfo] | None = None
     took_ms: float | None = None
 
 

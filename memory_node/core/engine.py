@@ -26,6 +26,7 @@ from memory_node.core.contract import (
     DEFAULT_RADIUS,
     CompactAnswer,
     ErrorAnswer,
+    IndexInfo,
     PlaceInfo,
     SaveAnswer,
     SaveNote,
@@ -755,7 +756,8 @@ class MemoryEngine:
             if entry.name == "camera":
                 self._camera_extras(entry)
         return StreamsAnswer(streams=entries,
-                             places=[PlaceInfo(**p.info()) for p in self._places.all()])
+                             places=[PlaceInfo(**p.info()) for p in self._places.all()],
+                             indexes=[IndexInfo(**g) for g in self._indexes.graph_info()] or None)
 
     def _camera_extras(self, entry: StreamInfo) -> None:
         """Caption progress and cost (describer vlm), and rows awaiting a new embedding."""

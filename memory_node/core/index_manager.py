@@ -115,7 +115,8 @@ class IndexManager:
             graph = self._graphs[model_id] = GraphIndex(
                 dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                 ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows, storage=c.hnsw_storage,
-                rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule)
+                rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule,
+                recall_target=c.hnsw_recall_target)
         return graph
 
     def _attach(self, indexes: dict[Key, ExactIndex]) -> dict[str, GraphIndex]:
@@ -172,6 +173,24 @@ class IndexManager:
         return [{"model_id": k[0], "stream": k[1], "vectors": len(i),
                  "hnsw": k[0] in self._graphs and not self._graphs[k[0]].exact}
                 for k, i in self._indexes.items()]
+
+    def graph_info(self) -> list[dict]:
+        """Per model: its graph's state and, once calibrated, the efSearch and rerank depth
+        in use with the recall measured (`streams`' "indexes")."""
+        out = []
+        for model_id, graph in list(self._graphs.items()):
+            n = len(graph)
+            state = ("reading" if model_id in self._graph_sources
+                     else "ready" if not graph.exact
+                     else "building" if graph.building else "exact")
+            entry: dict = {"model_id": model_id, "vectors": n, "graph": state}
+            c = graph.current_calibration()
+            if state == "ready" and c is not None:
+                entry.update(ef_search=c.ef_search, rerank=c.rerank, recall_at_5=c.recall_at_5,
+                             recall_at_10=c.recall_at_10, recall_target=c.target,
+                             calibrated_rows=c.rows, calibration_queries=c.queries)
+            out.append(entry)
+        return out
 
     # ---- keeping up with memory.db ------------------------------------------------------------
     def sync(self) -> int:

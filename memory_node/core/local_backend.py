@@ -205,10 +205,17 @@ class LocalBackend:
                 model_id, qvecs[model_id], k,
                 None if where.streams is None else tuple(names))
             if building:
-                doing = ("read from the index cache" if self.indexes.reading(model_id)
-                         else "built in the background")
-                notes.append(f"exact search over {', '.join(sorted(names))}: the graph index "
-                             f"of their vectors is being {doing}")
+                graph = self.indexes.graph(model_id)
+                part = graph.partial_nodes if graph is not None else None
+                if graph is not None and part is not None and where.streams is None:
+                    notes.append(f"the graph index of {', '.join(sorted(names))} is being "
+                                 f"built in the background: {part} of {len(graph)} rows are "
+                                 "in it so far; the others were scanned exactly")
+                else:
+                    doing = ("read from the index cache" if self.indexes.reading(model_id)
+                             else "built in the background")
+                    notes.append(f"exact search over {', '.join(sorted(names))}: the graph "
+                                 f"index of their vectors is being {doing}")
             hits.add(ids, scores)
         return hits
 

@@ -475,6 +475,16 @@ class ExactIndex:
                 return top_k(ids_all[positions], self._rows(positions) @ q, k)
             return top_k(ids_all[positions], self._all_scores(q)[positions], k)
 
+    def search_range(self, query: np.ndarray, k: int, lo: int, hi: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k among rows at positions [lo, hi), exactly: one product over those rows
+        (no gather when they lie in order in the storage)."""
+        q = np.asarray(query, np.float32).reshape(-1)
+        with self._lock:
+            hi = min(hi, self._n)
+            lo = min(max(lo, 0), hi)
+            return top_k(self._ids[lo:hi], self._rows(slice(lo, hi)) @ q, k)
+
     def search(
         self, query: np.ndarray, k: int, candidates: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:

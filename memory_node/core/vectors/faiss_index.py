@@ -13,12 +13,15 @@ import ctypes
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
 
+from memory_node.core.vectors import calibrate as cal
 from memory_node.core.vectors.exact import ExactIndex, top_k
 
 faiss.omp_set_num_threads(1)  # single queries are faster on one thread (notes/offline-models.md)
@@ -34,6 +37,8 @@ EXTEND_SLICE_S = 0.01
 # its rows: it fetches the graph's nearest rows, 1/share times as many as an unrestricted
 # search, and keeps those of the parts. Smaller selections are scanned exactly.
 GRAPH_MIN_SHARE = 0.2
+# A first build publishes a copy of its graph for searches after at least this many rows.
+PARTIAL_MIN_ROWS = 4096
 
 
 class GraphIndex:
@@ -52,11 +57,19 @@ class GraphIndex:
     exactly (`pending`) until the worker adds them to the graph; removed rows stay in the graph
     as tombstones that searches skip, and the graph is rebuilt in the background once they
     exceed `DEAD_REBUILD_SHARE`. Without a scheduler the same work runs inside the search.
+
+    With a `recall_target` (> 0) the graph calibrates itself once built, again whenever
+    its live rows grew by `calibrate.GROWTH`, and once real queries have come after a
+    measurement made without them: the cheapest efSearch and rerank depth whose
+    measured recall@5 holds the target serve unrestricted searches (`calibration` says what
+    was measured); until then `ef_for` and `rerank` do. Searches restricted to some parts
+    keep `ef_for` (their answers are checked against the parts' exact ranking anyway).
     """
 
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
                  ef_search: int = 128, min_rows: int = 20000, storage: str = "sq8",
-                 rerank: int = 40, scheduler: Callable[[GraphIndex], None] | None = None):
+                 rerank: int = 40, scheduler: Callable[[GraphIndex], None] | None = None,
+                 recall_target: float = 0.99):
         if storage not in HNSW_STORAGES:
             raise ValueError(f"unknown HNSW storage {storage!r}; known: {HNSW_STORAGES}")
         self.dim = int(dim)
@@ -64,6 +77,10 @@ class GraphIndex:
         self.storage, self.rerank = storage, rerank
         self.min_rows = min_rows
         self.scheduler = scheduler
+        self.recall_target = float(recall_target)
+        self.calibration: cal.Calibration | None = None
+        self._recent: deque[np.ndarray] = deque(maxlen=cal.RECENT_QUERIES)  # real queries
+        self._serial = 0  # graphs adopted (a calibration holds for the graph it measured)
         self.parts: dict[str, ExactIndex] = {}
         self._names: list[str] = []  # part code -> part name
         self._hnsw: faiss.Index | None = None
@@ -71,6 +88,15 @@ class GraphIndex:
         self._hnsw_codes = np.empty(0, np.int16)  # graph position -> part code (-1: removed)
         self._pending = np.empty(0, np.int64)  # ids in a part, not yet in the graph
         self._pending_codes = np.empty(0, np.int16)
+        # Rows held out of the graph (scanned exactly beside it, like pending rows): the
+        # queries a calibration measures it with, as it would a query that is not a node.
+        self._held = np.empty(0, np.int64)
+        self._held_codes = np.empty(0, np.int16)
+        # (ids, codes, vectors) of the held rows, copied together: one small product a search
+        self._held_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # (graph serial, live rows, queries, real ones) when last measured or tried
+        self._calib_tried: tuple[int, int, int, int] | None = None
+        self._partial: _Partial | None = None  # the first build so far, while it runs
         self._dead = 0  # graph nodes whose id was removed since (tombstones)
         self._rebuild_asked = False
         self.builds = 0  # graphs built over every part (not counting rows added later)
@@ -109,6 +135,13 @@ class GraphIndex:
         return self._hnsw is None and len(self) >= self.min_rows
 
     @property
+    def partial_nodes(self) -> int | None:
+        """While a first graph is built: the rows a copy of it covers so far (searches walk
+        that copy and scan the other rows exactly); None otherwise."""
+        p = self._partial
+        return len(p.ids) if p is not None and self._hnsw is None else None
+
+    @property
     def pending(self) -> int:
         """Rows searched exactly beside the graph until the background adds them to it."""
         return len(self._pending)
@@ -142,6 +175,9 @@ class GraphIndex:
                 self._dead += int(np.isin(ids, self._hnsw_ids).sum())
                 keep = ~np.isin(self._pending, ids)
                 self._pending, self._pending_codes = self._pending[keep], self._pending_codes[keep]
+                keep = ~np.isin(self._held, ids)
+                self._held, self._held_codes = self._held[keep], self._held_codes[keep]
+                self._held_rows = None
         if removed:
             self.schedule()
         return removed
@@ -182,7 +218,24 @@ class GraphIndex:
         with self._lock:
             if len(self) < self.min_rows:
                 return False
-            return self._needs_build() or len(self._pending) > 0
+            return self._needs_build() or len(self._pending) > 0 or self._calibration_due()
+
+    def current_calibration(self) -> cal.Calibration | None:
+        """The calibration serving unrestricted searches now (None: not measured yet)."""
+        c = self.calibration
+        return c if c is not None and c.serial == self._serial else None
+
+    def _calibration_due(self) -> bool:
+        """A built graph not measured yet, or grown by `calibrate.GROWTH` since."""
+        if self.recall_target <= 0 or self._hnsw is None:
+            return False
+        tried = self._calib_tried
+        live = len(self._hnsw_ids) - self._dead
+        have = len(self._held) + len(self._recent)  # queries to measure with
+        return (tried is None or tried[0] != self._serial or live > tried[1] * (1 + cal.GROWTH)
+                or tried[2] < cal.MIN_QUERIES <= have
+                # measured before real queries came: again once a full set of them has
+                or tried[3] < cal.RECENT_QUERIES <= len(self._recent))
 
     def _needs_build(self) -> bool:
         return (self._hnsw is None or self._rebuild_asked
@@ -213,11 +266,68 @@ class GraphIndex:
             if len(self) < self.min_rows:
                 return False
             rebuild = self._needs_build()
+            pending = len(self._pending) > 0
+            measure = self._calibration_due()
         if rebuild:
             self._build(cancelled, threads)
-        else:
+        elif pending:
             self._extend(EXTEND_SLICE_S)
+        elif measure:
+            self.calibrate(cancelled)
         return self.needs_work()
+
+    def calibrate(self, cancelled: Callable[[], bool] = lambda: False) -> cal.Calibration | None:
+        """Measure the graph (see `calibrate`) and adopt the cheapest efSearch and rerank
+        depth that hold `recall_target`. Holds the graph lock for a few queries at a time."""
+        with self._lock:
+            graph, serial = self._hnsw, self._serial
+            if graph is None:
+                return None
+            with self._glock:
+                graph_ids, codes = self._hnsw_ids, self._hnsw_codes
+            parts = [self.parts[name] for name in self._names]
+            recent = list(self._recent)
+            held, held_codes = self._held, self._held_codes
+            self._calib_tried = (serial, int((codes >= 0).sum()), len(held) + len(recent),
+                                 len(recent))
+        snap_parts = []
+        for p in parts:
+            with p._lock:  # ids and rows as one view
+                snap_parts.append((p.ids(), p.vectors()))
+        own = np.zeros((len(held), self.dim), np.float32)
+        keep = np.zeros(len(held), bool)
+        for c, part in enumerate(parts):
+            sel = held_codes == c
+            if sel.any():
+                hit, vecs = part.vectors_of(held[sel])
+                idx = np.nonzero(sel)[0][hit]
+                own[idx], keep[idx] = vecs, True
+        own = own[keep]
+        real = np.asarray(recent, np.float32).reshape(-1, self.dim)
+        if len(own) + len(real) < cal.MIN_QUERIES:
+            return None  # too few to measure: tried again once the graph grows
+
+        def search(q: np.ndarray, k: int, ef: int) -> np.ndarray:
+            with self._glock:  # a few queries at a time: searches wait a few ms at most
+                if self._hnsw is not graph:
+                    raise _Replaced
+                _, pos = graph.search(q, k, params=_hnsw_params(ef))
+            return pos
+
+        snap = cal.Snapshot(search, graph_ids, codes, snap_parts)
+        try:
+            result = cal.calibrate(snap, own, real, self.recall_target, cancelled,
+                                   [p.find for p in parts], serial)
+        except (_Replaced, IndexError):  # rebuilt (measured next), or rows removed meanwhile
+            return None  # (measured again once it grows)
+        if result is None:  # cancelled: measured again next time
+            with self._lock:
+                self._calib_tried = None
+            return None
+        with self._lock:
+            if self._serial == serial:
+                self.calibration = result
+        return result
 
     def build(self) -> None:
         """Build the graph now, on every core, and add every pending row (benchmarks, tests
@@ -225,6 +335,8 @@ class GraphIndex:
         self._build(lambda: False, os.cpu_count() or 1)
         while self._extend(None):
             pass
+        if self._calibration_due():
+            self.calibrate()
 
     def _build(self, cancelled: Callable[[], bool], threads: int | None) -> None:
         with self._lock:
@@ -234,9 +346,17 @@ class GraphIndex:
             # build runs unlocked.
             snap = [(c, self.parts[name].ids(), self.parts[name].vectors())
                     for c, name in enumerate(self._names)]
+            layouts = [self.parts[name].layout for name in self._names]
+            first = self._hnsw is None  # nothing serves searches but exact scans meanwhile
         total = sum(len(ids) for _c, ids, _v in snap)
         graph = self._new_graph()
-        ids_out, codes_out = [], []
+        ids_out: list[np.ndarray] = []
+        codes_out: list[np.ndarray] = []
+        held = self._pick_held([ids for _c, ids, _v in snap], total)
+        # A first build hands searches a copy of the graph as far as it got, every eighth
+        # of the rows: they walk it and scan only the rows it lacks exactly.
+        publish_every = max(PARTIAL_MIN_ROWS, total // 8)
+        added, next_publish = 0, publish_every
         if total:
             if threads:
                 faiss.omp_set_num_threads(threads)  # this thread only (an OpenMP setting)
@@ -247,21 +367,87 @@ class GraphIndex:
                         [v[: max(1, int(np.ceil(len(v) * share)))] for _c, _i, v in snap
                          if len(v)])))
                 for c, ids, vecs in snap:
+                    out = np.isin(ids, held) if len(held) else np.zeros(len(ids), bool)
                     for start in range(0, len(vecs), 2048):  # cancellable between chunks
                         if cancelled():
                             return
-                        graph.add(np.ascontiguousarray(vecs[start:start + 2048]))
-                    ids_out.append(ids)
-                    codes_out.append(np.full(len(ids), c, np.int16))
+                        chunk = vecs[start:start + 2048]
+                        if out[start:start + 2048].any():
+                            chunk = chunk[~out[start:start + 2048]]
+                        graph.add(np.ascontiguousarray(chunk))
+                        added += len(chunk)
+                        end = min(len(ids), start + 2048)
+                        if first and next_publish <= added < total - len(held):
+                            next_publish += publish_every
+                            self._publish_partial(graph, ids_out, codes_out, c, ids, out, end,
+                                                  [i for _c, i, _v in snap], layouts, held)
+                    ids_out.append(ids[~out])
+                    codes_out.append(np.full(int((~out).sum()), c, np.int16))
             finally:
                 if threads:
                     faiss.omp_set_num_threads(1)
         self._adopt(graph, np.concatenate(ids_out) if ids_out else np.empty(0, np.int64),
-                    np.concatenate(codes_out) if codes_out else np.empty(0, np.int16))
+                    np.concatenate(codes_out) if codes_out else np.empty(0, np.int16), held)
+        self._partial = None
         self.builds += 1
 
+    def _publish_partial(self, graph: faiss.Index, ids_out: list[np.ndarray],
+                         codes_out: list[np.ndarray], c: int, ids: np.ndarray,
+                         out: np.ndarray, end: int, snap_ids: list[np.ndarray],
+                         layouts: list[int], held: np.ndarray) -> None:
+        """Hand searches a copy of the graph being built: parts before `c` whole, part `c`
+        up to row `end` (rows `out` held out), later parts not yet."""
+        node_ids = np.concatenate([*ids_out, ids[:end][~out[:end]]])
+        node_codes = np.concatenate([*codes_out, np.full(int((~out[:end]).sum()), c, np.int16)])
+        cover = {cc: (len(i) if cc < c else end if cc == c else 0, layouts[cc])
+                 for cc, i in enumerate(snap_ids)}
+        # Held-out rows the copy covers (those beyond it are in the exact scan already).
+        held_codes = np.full(len(held), -1, np.int16)
+        for cc, i in enumerate(snap_ids):
+            held_codes[np.isin(held, i[:cover[cc][0]])] = cc
+        copy = faiss.clone_index(graph)  # ~1 ms per 10k nodes; searched without any lock
+        self._partial = _Partial(copy, node_ids, node_codes, cover, held[held_codes >= 0],
+                                 held_codes[held_codes >= 0])
+
+    def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
+                        ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Top-k over `names` while a first graph is built: the copy's best candidates
+        re-scored exactly, held-out rows and every row the copy lacks scored exactly (a
+        matrix-vector product over each part's uncovered tail). None when a part's rows
+        moved since the copy (a removal): the caller scans exactly."""
+        want = max(k + 8, self.rerank)
+        _, pos = p.graph.search(q.reshape(1, -1), want,
+                                params=_hnsw_params(max(self.ef_for(len(p.ids)), want)))
+        pos = pos[0][pos[0] >= 0]
+        cand = np.concatenate([p.ids[pos], p.held])
+        cand_codes = np.concatenate([p.codes[pos], p.held_codes])
+        ids_l, scores_l = [], []
+        for name in names:
+            c = self._names.index(name)
+            part = self.parts[name]
+            covered, layout = p.cover.get(c, (0, part.layout))
+            if part.layout != layout:
+                return None
+            sel = np.unique(cand[cand_codes == c])
+            for i, s in ([part.score_ids(sel, q)] if len(sel) else []) + (
+                    [part.search_range(q, k, covered, len(part))] if len(part) > covered
+                    else []):
+                ids_l.append(i)
+                scores_l.append(s)
+        if not ids_l:
+            return top_k(np.empty(0, np.int64), np.empty(0, np.float32), k)
+        return top_k(np.concatenate(ids_l), np.concatenate(scores_l), k)
+
+    def _pick_held(self, ids: list[np.ndarray], total: int) -> np.ndarray:
+        """Ids to hold out of a graph (at most 1% of its rows): its calibration queries."""
+        n = min(cal.SAMPLE_QUERIES, total // 100) if self.recall_target > 0 else 0
+        if n < cal.MIN_QUERIES:
+            return np.empty(0, np.int64)
+        every = np.concatenate(ids)
+        return np.random.default_rng(total).choice(every, n, replace=False)
+
     def _adopt(self, graph: faiss.Index, graph_ids: np.ndarray,
-               codes: np.ndarray | None = None) -> None:
+               codes: np.ndarray | None = None, held: np.ndarray | None = None) -> None:
         """Make `graph` (whose node i holds id graph_ids[i], of part codes[i]; looked up in the
         parts when not given) the live one: rows added since are pending, rows removed since
         are tombstones."""
@@ -282,9 +468,19 @@ class GraphIndex:
                 pend_codes.append(np.full(len(p), c, np.int16))
             with self._glock:
                 self._hnsw, self._hnsw_ids, self._hnsw_codes = graph, graph_ids, new_codes
-            self._pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
-            self._pending_codes = (np.concatenate(pend_codes) if pend_codes
-                                   else np.empty(0, np.int16))
+            self._serial += 1
+            pending = np.concatenate(pend) if pend else np.empty(0, np.int64)
+            pending_codes = (np.concatenate(pend_codes) if pend_codes
+                             else np.empty(0, np.int16))
+            # Rows held out before, or asked for, stay out of the graph: they measure it as
+            # unseen queries (more are held out as rows are added: see `_extend`).
+            want = np.concatenate([self._held, held if held is not None
+                                   else np.empty(0, np.int64)])
+            hold = np.isin(pending, want) if self.recall_target > 0 else np.zeros(
+                len(pending), bool)
+            self._held, self._held_codes = pending[hold], pending_codes[hold]
+            self._held_rows = None
+            self._pending, self._pending_codes = pending[~hold], pending_codes[~hold]
             self._dead = int((new_codes < 0).sum())
 
     def _extend(self, slice_s: float | None) -> bool:
@@ -297,6 +493,14 @@ class GraphIndex:
                     return False
                 n = self._chunk if slice_s is not None else 4096
                 take, take_codes = self._pending[:n], self._pending_codes[:n]
+                short = cal.SAMPLE_QUERIES - len(self._held) if self.recall_target > 0 else 0
+                if short > 0 and len(take) >= 8:  # one row in 8 held out until there are enough
+                    out = np.zeros(len(take), bool)
+                    out[7::8][:short] = True
+                    self._held_rows = None
+                    self._held = np.concatenate([self._held, take[out]])
+                    self._held_codes = np.concatenate([self._held_codes, take_codes[out]])
+                    take, take_codes = take[~out], take_codes[~out]
                 ids_l, codes_l, vecs_l = [], [], []
                 for c in np.unique(take_codes).tolist():
                     part = self.parts[self._names[c]]
@@ -355,22 +559,31 @@ class GraphIndex:
         with self._lock:
             graph, dead = self._hnsw, self._dead
             pending, pending_codes = self._pending, self._pending_codes
+            held = self._held_matrix() if len(self._held) else None
         if graph is None:
-            return (*self.exact_search(q, k, names), True)
+            partial = self._partial
+            got = (self._partial_search(partial, q, k, names)
+                   if partial is not None and not restricted else None)
+            return (*(got if got is not None else self.exact_search(q, k, names)), True)
         codes = tuple(self._names.index(p) for p in names)
+        calib = self.calibration
+        tuned = (not restricted and calib is not None and calib.serial == self._serial)
         if restricted:
             keep = np.isin(pending_codes, codes)
             pending, pending_codes = pending[keep], pending_codes[keep]
+        else:
+            self._recent.append(q)  # the next calibration measures these too
         # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
         # candidates re-scored exactly; more when tombstones take some of them.
-        want = max(k + 8, self.rerank)
+        want = max(k + 8, calib.rerank if tuned else self.rerank)  # type: ignore[union-attr]
         fetch = want if not restricted else int(np.ceil(want * total / max(1, sel_n)))
         with self._glock:  # graph, ids and codes as one (a background slice may extend them)
             graph, graph_ids, graph_codes = self._hnsw, self._hnsw_ids, self._hnsw_codes
             assert graph is not None  # once built, the graph is only ever replaced
             g = len(graph_ids)
             want_g = min(g, int(np.ceil(fetch * g / max(1, g - dead))) + (8 if dead else 0))
-            params = _hnsw_params(max(self.ef_for(g), want_g))
+            ef = calib.ef_search if tuned else self.ef_for(g)  # type: ignore[union-attr]
+            params = _hnsw_params(max(ef, want_g))
             _, pos = graph.search(q.reshape(1, -1), want_g, params=params)
         pos = pos[0][pos[0] >= 0]
         cand = np.concatenate([graph_ids[pos], pending])
@@ -385,10 +598,37 @@ class GraphIndex:
         ids = np.concatenate(ids_l) if ids_l else np.empty(0, np.int64)
         scores = np.concatenate(scores_l) if scores_l else np.empty(0, np.float32)
         from_graph = len(ids) - min(len(pending), len(ids))
-        if from_graph < (min(k + 8, sel_n - len(pending)) if restricted
-                         else min(k, sel_n - len(pending))):
+        n_held = 0 if held is None else len(held[0])
+        if from_graph < (min(k + 8, sel_n - len(pending) - n_held) if restricted
+                         else min(k, sel_n - len(pending) - n_held)):
             return (*self.exact_search(q, k, names), False)  # too few: see above
+        if held is not None and n_held:
+            h_ids, h_codes, h_vecs = held
+            h_scores = h_vecs @ q
+            if restricted:
+                mine = np.isin(h_codes, codes)
+                h_ids, h_scores = h_ids[mine], h_scores[mine]
+            ids, scores = np.concatenate([ids, h_ids]), np.concatenate([scores, h_scores])
         return (*top_k(ids, scores, k), False)
+
+    def _held_matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The held rows' ids, part codes and vectors in one array (call under the lock)."""
+        rows = self._held_rows
+        if rows is None:
+            ids_l, codes_l, vecs_l = [], [], []
+            for c, name in enumerate(self._names):
+                sel = self._held[self._held_codes == c]
+                if len(sel):
+                    hit, vecs = self.parts[name].vectors_of(sel)
+                    ids_l.append(sel[hit])
+                    codes_l.append(np.full(int(hit.sum()), c, np.int16))
+                    vecs_l.append(vecs.reshape(-1, self.dim))
+            rows = self._held_rows = (
+                np.concatenate(ids_l) if ids_l else np.empty(0, np.int64),
+                np.concatenate(codes_l) if codes_l else np.empty(0, np.int16),
+                np.ascontiguousarray(np.concatenate(vecs_l), np.float32) if vecs_l
+                else np.empty((0, self.dim), np.float32))
+        return rows
 
     # ---- persistence of the graph (the expensive part to rebuild) -------------------------
     # The graph is saved as its links, its node ids and an empty copy of its storage (the
@@ -396,8 +636,9 @@ class GraphIndex:
     # vector files hold already, so they are encoded again when the graph is read (the same
     # bytes: the same ranges, the same vectors). That keeps 384 bytes a row off the disk.
     def save_graph(self, path: Path) -> bool:
-        """Write `path` (the links), `.graph_ids.npy` (node ids, tombstones included) and
-        `.quantizer` (the storage, empty). False when no graph is built."""
+        """Write `path` (the links), `.graph_ids.npy` (node ids, tombstones included),
+        `.quantizer` (the storage, empty) and `.held.npy` (ids held out of the graph for its
+        calibration). False when no graph is built."""
         with self._lock:
             if self._hnsw is None:
                 return False
@@ -407,8 +648,10 @@ class GraphIndex:
                                   faiss.IO_FLAG_SKIP_STORAGE)
                 quantizer = _empty_storage(self._hnsw)
                 graph_ids = self._hnsw_ids.copy()
+            held = self._held.copy()
         faiss.write_index(quantizer, str(path.with_suffix(".quantizer")))
         np.save(path.with_suffix(".graph_ids.npy"), graph_ids)
+        np.save(path.with_suffix(".held.npy"), held)
         tmp.replace(path)
         return True
 
@@ -423,19 +666,23 @@ class GraphIndex:
             else:  # saved with its codes (an earlier release)
                 graph = faiss.read_index(str(path))  # already of its concrete class
             ids = np.load(path.with_suffix(".graph_ids.npy"))
+            held_path = path.with_suffix(".held.npy")
+            held = np.load(held_path) if held_path.exists() else None
         except Exception:  # noqa: BLE001 - a corrupt cache file just means "rebuild"
             return False
-        return self.use_graph(graph, ids, quantizer, vectors_of)
+        return self.use_graph(graph, ids, quantizer, vectors_of, held=held)
 
     def use_graph(self, graph: faiss.Index, ids: np.ndarray,
                   quantizer: faiss.Index | None = None,
                   vectors_of: MissingVectors | None = None,
-                  cancelled: Callable[[], bool] = lambda: False) -> bool:
+                  cancelled: Callable[[], bool] = lambda: False,
+                  held: np.ndarray | None = None) -> bool:
         """Adopt a graph read elsewhere (node i holds id ids[i]) if it was built with these
         settings; False (and no change) otherwise. A graph read without its storage gets
         `quantizer` (empty, trained) filled with its nodes' vectors: from the parts, then
         `vectors_of(ids)` for nodes removed since (their vectors, where still kept), zeros
-        for the rest (tombstones: searches skip them, walks still pass through)."""
+        for the rest (tombstones: searches skip them, walks still pass through). `held`: ids
+        the graph was built without, to keep out of it (its calibration queries)."""
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
         if graph.ntotal != len(ids) or ids.dtype != np.int64 or ids.ndim != 1:
@@ -456,7 +703,9 @@ class GraphIndex:
             quantizer.this.disown()  # type: ignore[attr-defined]  # the graph frees it now
         elif graph.storage is None:  # type: ignore[attr-defined]
             return False
-        self._adopt(graph, ids)
+        if held is not None and (held.dtype != np.int64 or held.ndim != 1):
+            held = None
+        self._adopt(graph, ids, held=held)
         self.schedule()
         return True
 
@@ -483,6 +732,23 @@ class GraphIndex:
 
 
 MissingVectors = Callable[[list[int]], dict[int, np.ndarray]]
+
+
+@dataclass
+class _Partial:
+    """A copy of a first graph as far as its build got, and what it covers: per part code,
+    (its rows [0, n) are nodes or held out, the part's layout then)."""
+
+    graph: faiss.Index
+    ids: np.ndarray  # node -> id
+    codes: np.ndarray  # node -> part code
+    cover: dict[int, tuple[int, int]]
+    held: np.ndarray  # rows held out of the graph (scored exactly)
+    held_codes: np.ndarray
+
+
+class _Replaced(Exception):
+    """The graph being calibrated was replaced (rebuilt) meanwhile."""
 
 
 def _trim_heap() -> None:

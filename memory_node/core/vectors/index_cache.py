@@ -80,9 +80,11 @@ def _file_base(key: Key) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{key[0]}__{key[1]}")
 
 
-# A model's graph: its links, node ids and (since the codes are no longer saved) an empty
-# copy of its storage: `<model>.graph.hnsw`, `.graph_ids.npy`, `.quantizer`.
-GRAPH_PARTS = ("hnsw", "graph_ids.npy", "quantizer")
+# A model's graph: its links, node ids, (since the codes are no longer saved) an empty copy
+# of its storage and (since graphs calibrate themselves) the ids held out of it:
+# `<model>.graph.hnsw`, `.graph_ids.npy`, `.quantizer`, `.held.npy`. Caches of earlier
+# releases lack the last ones.
+GRAPH_PARTS = ("hnsw", "graph_ids.npy", "quantizer", "held.npy")
 
 
 def _graph_base(model_id: str) -> str:
@@ -143,7 +145,7 @@ class IndexCache:
                 # Opened now, under the cache lock (a writer may replace the files once it is
                 # released), and read by the background worker.
                 # A graph saved without its codes has a quantizer file beside it.
-                parts = GRAPH_PARTS if "quantizer" in files else GRAPH_PARTS[:2]
+                parts = GRAPH_PARTS[:2] + tuple(p for p in GRAPH_PARTS[2:] if p in files)
                 sources[entry["model_id"]] = GraphSource(
                     graph, {part: gen / f"{base}.{part}" for part in parts},
                     {part: files.get(part) for part in parts}, vectors_of)
@@ -418,11 +420,16 @@ class GraphSource:
                 fh = self.files["graph_ids.npy"]
                 fh.seek(0)
                 ids = np.load(fh, allow_pickle=False)
+                held = None
+                if "held.npy" in self.files:
+                    fh = self.files["held.npy"]
+                    fh.seek(0)
+                    held = np.load(fh, allow_pickle=False)
             except Exception as exc:  # noqa: BLE001 - unreadable means "rebuild"
                 return f"{self.paths['hnsw'].name}: not readable ({type(exc).__name__})"
         if cancelled():
             return None
-        if not self.idx.use_graph(graph, ids, quantizer, self.vectors_of, cancelled):
+        if not self.idx.use_graph(graph, ids, quantizer, self.vectors_of, cancelled, held):
             return None if cancelled() else "built with other settings, or damaged"
         return None
 

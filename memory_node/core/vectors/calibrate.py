@@ -1,0 +1,192 @@
+"""Self-calibration of a graph search: the smallest search depth that keeps a recall target.
+
+A fixed efSearch is tuned for the hardest data it was tried on and overpays on easier data
+(MiniLM captions reach recall@5 0.99 at efSearch 16 where clustered synthetic vectors need
+192). So a graph measures itself: a sample of its rows held out of it (a row that is a node
+is found through its own links, which flatters the graph: recall@5 0.99 at efSearch 24 on
+overlapping clusters where held-out queries get 0.79) and the last real queries are answered
+exactly (brute force over the graph's live rows) and through the graph at each (efSearch,
+rerank) of a grid; the cheapest pair whose recall@5 holds the target by one standard error of
+the sample (so that it holds on new queries too, not just on these) is kept. Recall counts a
+returned row as right when its exact score reaches the k-th exact score (rows tied with it
+are equally right), after the exact re-scoring every search does.
+
+Pure numpy + faiss: `GraphIndex` runs it in the background worker and calls back to take its
+graph lock for a few queries at a time, so no search waits long.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# efSearch values tried, ascending; the search itself raises efSearch to the candidates it
+# fetches. RERANK_GRID: candidates re-scored exactly with the float vectors.
+EF_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+RERANK_GRID = (16, 24, 32, 48, 64, 96)
+SAMPLE_QUERIES = 300  # rows held out of the graph as queries (1500 neighbours at k=5)
+MIN_QUERIES = 50  # fewer queries than this measure too coarsely: no calibration
+RECENT_QUERIES = 64  # real queries kept for the next calibration
+GROWTH = 0.25  # re-calibrate once the graph holds this share more live rows
+BATCH = 8  # queries per graph search while holding the graph lock (a few ms)
+K5, K10 = 5, 10
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a graph promises: its search depth and the recall measured with it."""
+
+    ef_search: int
+    rerank: int
+    recall_at_5: float
+    recall_at_10: float
+    target: float
+    met: bool  # False: no pair of the grid held the target (the deepest one is used)
+    rows: int  # live graph rows when measured
+    queries: int  # queries measured (held-out rows + real ones)
+    real_queries: int
+    seconds: float
+    serial: int = 0  # which graph (GraphIndex's build counter) it was measured on
+
+    def info(self) -> dict:
+        """The figures a user sees (`streams`' "indexes")."""
+        out = asdict(self)
+        out.pop("serial")
+        return out
+
+
+@dataclass
+class Snapshot:
+    """The graph as it was when calibration began: node ids and part codes up to its length
+    (nodes added later are ignored), and each part's rows."""
+
+    search: Callable[[np.ndarray, int, int], np.ndarray]  # (queries, k, ef) -> node positions
+    graph_ids: np.ndarray
+    graph_codes: np.ndarray  # -1: tombstone
+    parts: Sequence[tuple[np.ndarray, object]]  # per code: (ids, vectors or SlotRows)
+
+
+def _rows(vectors: object, pos: np.ndarray) -> np.ndarray:
+    return np.asarray(vectors[pos], np.float32)  # type: ignore[index]
+
+
+def exact_truth(snap: Snapshot, queries: np.ndarray, k: int, cancelled: Callable[[], bool],
+                chunk: int = 16384) -> np.ndarray | None:
+    """The k best exact scores of each query over the graph's live rows, best first; -inf
+    where fewer rows. None when cancelled."""
+    nq = len(queries)
+    best = np.full((nq, k), -np.inf, np.float32)
+    live_sets = {c: np.sort(snap.graph_ids[snap.graph_codes == c])
+                 for c in range(len(snap.parts))}
+    qt = np.ascontiguousarray(queries.T)
+    for c, (ids, vectors) in enumerate(snap.parts):
+        live = live_sets[c]
+        for start in range(0, len(ids), chunk):
+            if cancelled():
+                return None
+            cid = ids[start:start + chunk]
+            at = np.searchsorted(live, cid)
+            at[at >= len(live)] = 0
+            ok = live[at] == cid if len(live) else np.zeros(len(cid), bool)
+            if not ok.any():
+                continue
+            scores = (_rows(vectors, np.arange(start, start + len(cid))[ok]) @ qt).T
+            merged = np.concatenate([best, scores], axis=1)
+            if merged.shape[1] > k:
+                merged = -np.partition(-merged, k - 1, axis=1)[:, :k]
+            best = merged
+    return np.sort(best, axis=1)[:, ::-1]
+
+
+def _candidate_scores(snap: Snapshot, queries: np.ndarray, pos: np.ndarray, fetch: int,
+                      finders: list) -> np.ndarray:
+    """Exact scores of each query's first `fetch` live candidates (tombstones and nodes
+    added after the snapshot left out), -inf padded: what the search re-scores."""
+    g = len(snap.graph_ids)
+    nq = len(queries)
+    out = np.full((nq, fetch), -np.inf, np.float32)
+    ok = (pos >= 0) & (pos < g)
+    safe = np.where(ok, pos, 0)
+    codes = np.where(ok, snap.graph_codes[safe], -1)
+    ids = snap.graph_ids[safe]
+    ok &= codes >= 0
+    # The first `fetch` survivors of each row, in the graph's order.
+    rank = np.cumsum(ok, axis=1) - 1
+    ok &= rank < fetch
+    for c in np.unique(codes[ok]).tolist():
+        sel = ok & (codes == c)
+        qi, col = np.nonzero(sel)
+        ppos = finders[c](ids[sel])
+        found = ppos >= 0
+        vecs = _rows(snap.parts[c][1], ppos[found])
+        out[qi[found], rank[sel][found]] = np.einsum("ij,ij->i", vecs, queries[qi[found]])
+    return out
+
+
+def _recall(cand: np.ndarray, kth: np.ndarray, k: int) -> float:
+    """Share of each query's k best exact rows that the candidates hold (a candidate tied
+    with the k-th exact score counts: equally right)."""
+    have = np.isfinite(kth)
+    if not have.any():
+        return 1.0
+    hits = np.minimum((cand >= (kth[:, None] - 1e-6)).sum(axis=1), k)
+    return float(hits[have].mean() / k)
+
+
+def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
+              cancelled: Callable[[], bool], finders: list, serial: int = 0
+              ) -> Calibration | None:
+    """Measure recall@5 and @10 over the grid and keep the cheapest (efSearch, rerank) that
+    holds `target` at k=5 (cost: the candidates the graph walk keeps, max(efSearch, rerank),
+    then rerank). `held`: vectors of rows held out of the graph, `real`: recent real
+    queries. `finders[c](ids)` -> positions in part c (-1 where gone). None when cancelled."""
+    t0 = time.perf_counter()
+    queries = np.ascontiguousarray(np.concatenate([held, real]).astype(np.float32))
+    if not len(queries):
+        return None
+    truth = exact_truth(snap, queries, K10, cancelled)
+    if truth is None:
+        return None
+    kth5, kth10 = truth[:, K5 - 1], truth[:, K10 - 1]
+    # One standard error of a recall measured on this many neighbours, as a margin.
+    need = min(1.0, target + math.sqrt(target * (1 - target) / (len(queries) * K5)))
+    best: tuple[tuple[int, int], int, int, float, float] | None = None
+    deepest: tuple[int, int, float, float, int] | None = None
+    for rerank in RERANK_GRID:
+        fetch = max(K5 + 8, rerank)  # what a k=5 search re-scores (GraphIndex.search_parts)
+        last_eff = -1
+        for ef in EF_GRID:
+            eff = max(ef, fetch + 1)
+            if eff == last_eff:
+                continue  # the same search as the previous step
+            last_eff = eff
+            cost = (eff, rerank)
+            if best is not None and cost >= best[0]:
+                break  # no cheaper than what holds already
+            pos = np.empty((len(queries), fetch + 1), np.int64)
+            for start in range(0, len(queries), BATCH):
+                if cancelled():
+                    return None
+                pos[start:start + BATCH] = snap.search(queries[start:start + BATCH],
+                                                       fetch + 1, eff)
+            cand = _candidate_scores(snap, queries, pos, fetch, finders)
+            r5, r10 = _recall(cand, kth5, K5), _recall(cand, kth10, K10)
+            if deepest is None or (r5, -eff) > (deepest[2], -deepest[4]):
+                deepest = (ef, rerank, r5, r10, eff)
+            if r5 >= need:
+                best = (cost, ef, rerank, r5, r10)
+                break
+    seconds = round(time.perf_counter() - t0, 3)
+    n_live = int((snap.graph_codes >= 0).sum())
+    if best is not None:
+        _c, ef, rerank, r5, r10 = best
+        return Calibration(ef, rerank, round(r5, 4), round(r10, 4), target, True, n_live,
+                           len(queries), len(real), seconds, serial)
+    assert deepest is not None
+    ef, rerank, r5, r10, _eff = deepest
+    return Calibration(ef, rerank, round(r5, 4), round(r10, 4), target, False, n_live,
+                       len(queries), len(real), seconds, serial)

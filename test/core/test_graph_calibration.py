@@ -1,0 +1,233 @@
+"""A graph calibrates its search depth to a recall target, measured the way a user's queries
+would see it, re-checks it as it grows, and says what it promises in `streams`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from engine_support import FakeClock, PoseBox, make_engine
+
+from memory_node.core.types import Observation, Pose
+from memory_node.core.vectors import ExactIndex, top_k
+from memory_node.core.vectors.faiss_index import GraphIndex
+
+DIM = 32
+
+
+class HNSWIndex(GraphIndex):
+    """A graph over one stream of its own, searched the way an unfiltered query is."""
+
+    def __init__(self, dim: int, **settings) -> None:
+        super().__init__(dim, **settings)
+        self.attach("camera", ExactIndex(dim))
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self.add_rows("camera", ids, vectors, None)
+
+    def search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, scores, _building = self.search_parts(query, k)
+        return ids, scores
+
+
+def clustered(n: int, seed: int, spread: float, clusters: int = 60) -> np.ndarray:
+    """Unit vectors around `clusters` centres; a larger `spread` makes clusters overlap (a
+    harder set for a graph: more hops to find the true neighbours)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, DIM))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    v = centres[rng.integers(0, clusters, n)] + spread * rng.standard_normal((n, DIM))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def recall_at_5(idx: HNSWIndex, ids: np.ndarray, vecs: np.ndarray, queries: np.ndarray
+                ) -> float:
+    hits = 0
+    for q in queries:
+        got = idx.search(q, 5)[0]
+        want = top_k(ids, vecs @ q, 5)[0]
+        hits += len(set(got.tolist()) & set(want.tolist()))
+    return hits / (5 * len(queries))
+
+
+def built(vecs: np.ndarray, **kw) -> HNSWIndex:
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, **kw)
+    idx.add(np.arange(1, len(vecs) + 1, dtype=np.int64), vecs)
+    idx.build()
+    return idx
+
+
+def test_calibrated_depth_holds_the_target_on_queries_the_graph_never_saw():
+    for spread, seed in ((0.15, 1), (0.9, 2)):
+        data = clustered(8000, seed, spread)
+        vecs, unseen = data[:7000], data[7000:7200]  # the same distribution, not stored
+        idx = built(vecs)
+        c = idx.calibration
+        assert c is not None and c.met and c.recall_at_5 >= 0.99
+        assert c.queries >= 50 and c.rows == idx.nodes  # rows held out are not nodes
+        # What it promises holds for new queries (within the sample's noise).
+        ids = np.arange(1, len(vecs) + 1, dtype=np.int64)
+        assert recall_at_5(idx, ids, vecs, unseen) >= 0.97
+
+
+def test_easy_data_gets_a_shallower_search_than_hard_data():
+    easy = built(clustered(7000, 3, 0.1)).calibration
+    hard = built(clustered(7000, 3, 1.2, clusters=400)).calibration
+    assert easy is not None and hard is not None
+    assert easy.ef_search < hard.ef_search
+
+
+def test_a_grown_graph_is_measured_again_and_held_rows_are_found():
+    vecs = clustered(9000, 4, 0.5)
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(np.arange(1, 6001, dtype=np.int64), vecs[:6000])
+    while idx.work():  # what the engine's background worker does
+        pass
+    first = idx.calibration
+    assert first is not None and first.rows < 6000
+    idx.add(np.arange(6001, 9001, dtype=np.int64), vecs[6000:])  # +50%
+    while idx.work():
+        pass
+    again = idx.calibration
+    assert again is not None and again is not first and again.rows > first.rows * 1.25
+    # Every row, held out of the graph or not, is found by its own vector.
+    for i in range(0, 9000, 97):
+        assert idx.search(vecs[i], 1)[0].tolist() == [i + 1]
+
+
+def test_real_queries_join_the_next_measurement():
+    vecs = clustered(7000, 5, 0.5)
+    idx = built(vecs)
+    first = idx.calibration
+    assert first is not None and first.real_queries == 0
+    for q in clustered(30, 6, 0.5):
+        idx.search(q, 5)
+    again = idx.calibrate()
+    assert again is not None and again.real_queries == 30
+    assert again.queries == first.queries + 30
+
+
+def test_no_target_no_calibration():
+    idx = built(clustered(7000, 7, 0.5), recall_target=0)
+    assert idx.calibration is None and not idx.needs_work()
+
+
+def test_streams_says_what_the_graph_promises(tmp_path):
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
+                      hnsw_m=8, hnsw_ef_construction=40)
+    vecs = clustered(6000, 8, 0.4)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
+    eng.add_embedded(rows, vecs, "test-clusters-32")
+    assert eng.indexes.wait_for_graphs(120)
+    info = json.loads(eng.streams())["indexes"]
+    assert len(info) == 1
+    entry = info[0]
+    assert entry["model_id"] == "test-clusters-32" and entry["vectors"] == 6000
+    assert entry["graph"] == "ready"
+    assert entry["recall_at_5"] >= entry["recall_target"] == 0.99
+    assert entry["ef_search"] >= 16 and entry["rerank"] >= 16
+    assert entry["calibration_queries"] >= 50 and entry["calibrated_rows"] <= 6000
+    eng.close()
+
+
+def test_streams_of_a_store_without_a_graph_says_exact(tmp_path):
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox())
+    eng.save("the red door")
+    info = json.loads(eng.streams())["indexes"]
+    assert [(e["graph"], e["vectors"]) for e in info] == [("exact", 1)]
+    assert "ef_search" not in info[0]
+    eng.close()
+
+
+def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(monkeypatch):
+    """While a first graph is built, a search walks a copy of the part built so far and
+    scores every other row exactly: rows on both sides are found, and so are rows added
+    after the build began."""
+    from memory_node.core.vectors import faiss_index
+
+    vecs = clustered(12000, 9, 0.5)
+    ids = np.arange(1, 12001, dtype=np.int64)
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(ids[:10000], vecs[:10000])
+    seen: list[tuple[int, float, bool]] = []
+    publish = faiss_index.GraphIndex._publish_partial
+
+    def checked(self, *a, **kw):
+        publish(self, *a, **kw)
+        if seen:
+            return
+        covered = self.partial_nodes
+        assert covered is not None and 0 < covered < 10000
+        if len(self) == 10000:
+            self.add(ids[10000:], vecs[10000:])  # arrives during the build
+        hits = [self.search_parts(vecs[i], 1)[0].tolist() == [i + 1]
+                for i in (*range(0, 12000, 301), 11999)]
+        q = clustered(20, 10, 0.5)
+        rec = np.mean([len(set(self.search_parts(x, 5)[0].tolist())
+                           & set(top_k(ids, vecs @ x, 5)[0].tolist())) / 5 for x in q])
+        seen.append((covered, float(np.mean(hits)), rec >= 0.9))
+
+    monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
+    while idx.work():
+        pass
+    assert seen and seen[0][1] == 1.0 and seen[0][2]
+    assert idx.partial_nodes is None and not idx.building  # the whole graph serves now
+    assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
+
+
+def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_path,
+                                                                            monkeypatch):
+    """The engine's answer during a first build names the rows in the graph so far; its
+    results are ranked by their exact scores."""
+    import pytest
+    from engine_support import minilm
+
+    from memory_node.core.vectors import faiss_index
+
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
+                      hnsw_m=8, hnsw_ef_construction=40)
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((40, 384))
+    vecs = (centres[rng.integers(0, 40, 10000)] + 0.05 * rng.standard_normal((10000, 384))
+            ).astype(np.float32)
+    answers: list[dict] = []
+    publish = faiss_index.GraphIndex._publish_partial
+
+    def checked(self, *a, **kw):
+        publish(self, *a, **kw)
+        if not answers:  # in the background worker, between two chunks of the build
+            answers.append(json.loads(eng.search('{"semantic_query": "a red door", "k": 5}')))
+
+    monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(10000)]
+    ids = eng.add_embedded(rows, vecs, minilm().model_id)
+    assert eng.indexes.wait_for_graphs(300)
+    assert answers, "no partial graph was handed to searches"
+    ans = answers[0]
+    assert ans["ok"] and ans["count"] == 5, ans
+    assert any("rows are in it so far" in n for n in ans["notes"])
+    scores = [r["score"] for r in ans["results"]]
+    assert scores == sorted(scores, reverse=True)
+    q = minilm().embed_texts(["a red door"])[0]
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    at = {i: j for j, i in enumerate(ids)}
+    for r in ans["results"]:  # exact cosines of the rows returned
+        assert r["score"] == pytest.approx(float(unit[at[r["id"]]] @ q), abs=1e-5)
+    eng.close()
+
+
+def test_a_graph_measured_before_real_queries_is_measured_again_once_they_come():
+    vecs = clustered(7000, 12, 0.5)
+    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(np.arange(1, 7001, dtype=np.int64), vecs)
+    while idx.work():
+        pass
+    first = idx.calibration
+    assert first is not None and first.real_queries == 0 and not idx.needs_work()
+    for q in clustered(64, 13, 0.5):  # an agent's questions
+        idx.search(q, 5)
+    assert idx.needs_work()
+    while idx.work():
+        pass
+    again = idx.calibration
+    assert again is not None and again.real_queries == 64 and not idx.needs_work()
