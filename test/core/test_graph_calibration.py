@@ -15,7 +15,7 @@ from memory_node.core.vectors.faiss_index import GraphIndex
 DIM = 32
 
 
-class HNSWIndex(GraphIndex):
+class OneStreamGraph(GraphIndex):
     """A graph over one stream of its own, searched the way an unfiltered query is."""
 
     def __init__(self, dim: int, **settings) -> None:
@@ -40,7 +40,7 @@ def clustered(n: int, seed: int, spread: float, clusters: int = 60) -> np.ndarra
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
-def recall_at_5(idx: HNSWIndex, ids: np.ndarray, vecs: np.ndarray, queries: np.ndarray
+def recall_at_5(idx: OneStreamGraph, ids: np.ndarray, vecs: np.ndarray, queries: np.ndarray
                 ) -> float:
     hits = 0
     for q in queries:
@@ -50,8 +50,8 @@ def recall_at_5(idx: HNSWIndex, ids: np.ndarray, vecs: np.ndarray, queries: np.n
     return hits / (5 * len(queries))
 
 
-def built(vecs: np.ndarray, **kw) -> HNSWIndex:
-    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, **kw)
+def built(vecs: np.ndarray, **kw) -> OneStreamGraph:
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, **kw)
     idx.add(np.arange(1, len(vecs) + 1, dtype=np.int64), vecs)
     idx.build()
     return idx
@@ -79,7 +79,7 @@ def test_easy_data_gets_a_shallower_search_than_hard_data():
 
 def test_a_grown_graph_is_measured_again_and_held_rows_are_found():
     vecs = clustered(9000, 4, 0.5)
-    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
     idx.add(np.arange(1, 6001, dtype=np.int64), vecs[:6000])
     while idx.work():  # what the engine's background worker does
         pass
@@ -147,7 +147,7 @@ def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(mon
 
     vecs = clustered(12000, 9, 0.5)
     ids = np.arange(1, 12001, dtype=np.int64)
-    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
     idx.add(ids[:10000], vecs[:10000])
     seen: list[tuple[int, float, bool]] = []
     publish = faiss_index.GraphIndex._publish_partial
@@ -218,7 +218,7 @@ def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_
 
 def test_a_graph_measured_before_real_queries_is_measured_again_once_they_come():
     vecs = clustered(7000, 12, 0.5)
-    idx = HNSWIndex(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
     idx.add(np.arange(1, 7001, dtype=np.int64), vecs)
     while idx.work():
         pass
