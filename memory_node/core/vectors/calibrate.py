@@ -7,7 +7,10 @@ is found through its own links, which flatters the graph: recall@5 0.99 at efSea
 overlapping clusters where held-out queries get 0.79) and the last real queries are answered
 exactly (brute force over the graph's live rows) and through the graph at each (efSearch,
 rerank) of a grid; the cheapest pair whose recall@5 holds the target by one standard error of
-the sample (so that it holds on new queries too, not just on these) is kept. Recall counts a
+the sample (so that it holds on new queries too, not just on these) is kept. Held-out rows and
+real queries are held to the target each on its own once there are `MIN_REAL` real ones:
+a user's queries are worded unlike the rows (MiniLM captions: recall@5 0.995 on held-out rows
+and 0.956 on query texts at the same depth), so neither may carry the other. Recall counts a
 returned row as right when its exact score reaches the k-th exact score (rows tied with it
 are equally right), after the exact re-scoring every search does.
 
@@ -31,6 +34,7 @@ RERANK_GRID = (16, 24, 32, 48, 64, 96)
 SAMPLE_QUERIES = 300  # rows held out of the graph as queries (1500 neighbours at k=5)
 MIN_QUERIES = 50  # fewer queries than this measure too coarsely: no calibration
 RECENT_QUERIES = 64  # real queries kept for the next calibration
+MIN_REAL = 32  # real queries held to the target on their own (fewer: pooled with held rows)
 GROWTH = 0.25  # re-calibrate once the graph holds this share more live rows
 BATCH = 8  # queries per graph search while holding the graph lock (a few ms)
 K5, K10 = 5, 10
@@ -152,8 +156,12 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
     if truth is None:
         return None
     kth5, kth10 = truth[:, K5 - 1], truth[:, K10 - 1]
+    groups = ([slice(0, len(held)), slice(len(held), len(queries))]
+              if len(real) >= MIN_REAL and len(held) else [slice(0, len(queries))])
     # One standard error of a recall measured on this many neighbours, as a margin.
-    need = min(1.0, target + math.sqrt(target * (1 - target) / (len(queries) * K5)))
+    need = [min(1.0, target + math.sqrt(target * (1 - target)
+                                        / (max(1, g.stop - g.start) * K5)))
+            for g in groups]
     best: tuple[tuple[int, int], int, int, float, float] | None = None
     deepest: tuple[int, int, float, float, int] | None = None
     for rerank in RERANK_GRID:
@@ -174,10 +182,13 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
                 pos[start:start + BATCH] = snap.search(queries[start:start + BATCH],
                                                        fetch + 1, eff)
             cand = _candidate_scores(snap, queries, pos, fetch, finders)
-            r5, r10 = _recall(cand, kth5, K5), _recall(cand, kth10, K10)
+            # What the graph promises: the recall of its worst group.
+            by5 = [_recall(cand[g], kth5[g], K5) for g in groups]
+            r5 = min(by5)
+            r10 = min(_recall(cand[g], kth10[g], K10) for g in groups)
             if deepest is None or (r5, -eff) > (deepest[2], -deepest[4]):
                 deepest = (ef, rerank, r5, r10, eff)
-            if r5 >= need:
+            if all(r >= n for r, n in zip(by5, need, strict=True)):
                 best = (cost, ef, rerank, r5, r10)
                 break
     seconds = round(time.perf_counter() - t0, 3)
