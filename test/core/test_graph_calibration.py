@@ -231,3 +231,57 @@ def test_a_graph_measured_before_real_queries_is_measured_again_once_they_come()
         pass
     again = idx.calibration
     assert again is not None and again.real_queries == 64 and not idx.needs_work()
+
+
+def test_queries_unlike_the_rows_deepen_the_search_once_they_come():
+    """Held-out rows flatter a graph whose users ask unlike its rows (an agent's question is
+    not a caption): once real queries come, the promise must hold on them too."""
+    vecs = clustered(7000, 21, 0.15)
+    ids = np.arange(1, 7001, dtype=np.int64)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(ids, vecs)
+    while idx.work():
+        pass
+    first = idx.calibration
+    assert first is not None and first.real_queries == 0
+
+    def asked(n: int, seed: int) -> np.ndarray:  # directions no cluster sits in
+        v = np.random.default_rng(seed).standard_normal((n, DIM))
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+    for q in asked(64, 6):
+        idx.search(q, 5)
+    while idx.work():
+        pass
+    again = idx.calibration
+    assert again is not None and again.real_queries == 64
+    assert again.ef_search > first.ef_search
+    assert again.recall_at_5 >= 0.99
+    assert recall_at_5(idx, ids, vecs, asked(200, 5)) >= 0.97
+
+
+def test_a_restart_measures_the_graph_on_the_queries_asked_before_it(tmp_path):
+    """The last real queries are kept with the cached graph: after a restart the promise in
+    `streams` is measured on what users asked, not only on held-out rows."""
+    settings = {"hnsw_min_rows": 1000, "hnsw_m": 8, "hnsw_ef_construction": 40}
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), **settings)
+    vecs = clustered(6000, 8, 0.4)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
+    eng.add_embedded(rows, vecs, "test-clusters-32")
+    assert eng.indexes.wait_for_graphs(120)
+    graph = eng.indexes.graph("test-clusters-32")
+    assert graph is not None
+    for q in clustered(64, 14, 0.4):  # what unfiltered semantic searches pass on
+        graph.search_parts(q, 5)
+    assert eng.close() is True  # the index cache written
+    again = make_engine(tmp_path / "m", FakeClock(), PoseBox(), **settings)
+    try:
+        assert again.indexes.wait_for_graphs(120)
+        graph = again.indexes.graph("test-clusters-32")
+        assert graph is not None and not graph.exact
+        measured = graph.current_calibration()
+        assert measured is not None and measured.real_queries == 64
+        info = json.loads(again.streams())["indexes"][0]
+        assert info["calibration_queries"] == measured.queries > 64
+    finally:
+        again.close()

@@ -637,8 +637,9 @@ class GraphIndex:
     # bytes: the same ranges, the same vectors). That keeps 384 bytes a row off the disk.
     def save_graph(self, path: Path) -> bool:
         """Write `path` (the links), `.graph_ids.npy` (node ids, tombstones included),
-        `.quantizer` (the storage, empty) and `.held.npy` (ids held out of the graph for its
-        calibration). False when no graph is built."""
+        `.quantizer` (the storage, empty), `.held.npy` (ids held out of the graph for its
+        calibration) and `.asked.npy` (the last real queries, which it is measured on too:
+        a restart keeps what users ask). False when no graph is built."""
         with self._lock:
             if self._hnsw is None:
                 return False
@@ -649,7 +650,9 @@ class GraphIndex:
                 quantizer = _empty_storage(self._hnsw)
                 graph_ids = self._hnsw_ids.copy()
             held = self._held.copy()
+            asked = np.asarray(list(self._recent), np.float32).reshape(-1, self.dim)
         faiss.write_index(quantizer, str(path.with_suffix(".quantizer")))
+        np.save(path.with_suffix(".asked.npy"), asked)
         np.save(path.with_suffix(".graph_ids.npy"), graph_ids)
         np.save(path.with_suffix(".held.npy"), held)
         tmp.replace(path)
@@ -668,21 +671,24 @@ class GraphIndex:
             ids = np.load(path.with_suffix(".graph_ids.npy"))
             held_path = path.with_suffix(".held.npy")
             held = np.load(held_path) if held_path.exists() else None
+            asked_path = path.with_suffix(".asked.npy")
+            asked = np.load(asked_path) if asked_path.exists() else None
         except Exception:  # noqa: BLE001 - a corrupt cache file just means "rebuild"
             return False
-        return self.use_graph(graph, ids, quantizer, vectors_of, held=held)
+        return self.use_graph(graph, ids, quantizer, vectors_of, held=held, asked=asked)
 
     def use_graph(self, graph: faiss.Index, ids: np.ndarray,
                   quantizer: faiss.Index | None = None,
                   vectors_of: MissingVectors | None = None,
                   cancelled: Callable[[], bool] = lambda: False,
-                  held: np.ndarray | None = None) -> bool:
+                  held: np.ndarray | None = None, asked: np.ndarray | None = None) -> bool:
         """Adopt a graph read elsewhere (node i holds id ids[i]) if it was built with these
         settings; False (and no change) otherwise. A graph read without its storage gets
         `quantizer` (empty, trained) filled with its nodes' vectors: from the parts, then
         `vectors_of(ids)` for nodes removed since (their vectors, where still kept), zeros
         for the rest (tombstones: searches skip them, walks still pass through). `held`: ids
-        the graph was built without, to keep out of it (its calibration queries)."""
+        the graph was built without, to keep out of it (its calibration queries); `asked`:
+        the last real queries it had seen, measured on again."""
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
         if graph.ntotal != len(ids) or ids.dtype != np.int64 or ids.ndim != 1:
@@ -706,6 +712,10 @@ class GraphIndex:
         if held is not None and (held.dtype != np.int64 or held.ndim != 1):
             held = None
         self._adopt(graph, ids, held=held)
+        if (asked is not None and asked.dtype == np.float32 and asked.ndim == 2
+                and asked.shape[1] == self.dim and np.isfinite(asked).all()):
+            with self._lock:
+                self._recent.extend(asked[-cal.RECENT_QUERIES:])
         self.schedule()
         return True
 

@@ -81,10 +81,10 @@ def _file_base(key: Key) -> str:
 
 
 # A model's graph: its links, node ids, (since the codes are no longer saved) an empty copy
-# of its storage and (since graphs calibrate themselves) the ids held out of it:
-# `<model>.graph.hnsw`, `.graph_ids.npy`, `.quantizer`, `.held.npy`. Caches of earlier
-# releases lack the last ones.
-GRAPH_PARTS = ("hnsw", "graph_ids.npy", "quantizer", "held.npy")
+# of its storage and (since graphs calibrate themselves) the ids held out of it and the
+# last real queries: `<model>.graph.hnsw`, `.graph_ids.npy`, `.quantizer`, `.held.npy`,
+# `.asked.npy`. Caches of earlier releases lack the last ones.
+GRAPH_PARTS = ("hnsw", "graph_ids.npy", "quantizer", "held.npy", "asked.npy")
 
 
 def _graph_base(model_id: str) -> str:
@@ -420,16 +420,21 @@ class GraphSource:
                 fh = self.files["graph_ids.npy"]
                 fh.seek(0)
                 ids = np.load(fh, allow_pickle=False)
-                held = None
+                held = asked = None
                 if "held.npy" in self.files:
                     fh = self.files["held.npy"]
                     fh.seek(0)
                     held = np.load(fh, allow_pickle=False)
+                if "asked.npy" in self.files:
+                    fh = self.files["asked.npy"]
+                    fh.seek(0)
+                    asked = np.load(fh, allow_pickle=False)
             except Exception as exc:  # noqa: BLE001 - unreadable means "rebuild"
                 return f"{self.paths['hnsw'].name}: not readable ({type(exc).__name__})"
         if cancelled():
             return None
-        if not self.idx.use_graph(graph, ids, quantizer, self.vectors_of, cancelled, held):
+        if not self.idx.use_graph(graph, ids, quantizer, self.vectors_of, cancelled, held,
+                                  asked):
             return None if cancelled() else "built with other settings, or damaged"
         return None
 
