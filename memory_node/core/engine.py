@@ -108,8 +108,11 @@ def _origin(exc: BaseException) -> str:
 def dumps(answer: Any) -> str:
     """An answer (a model, or its dict) as the JSON text the services send (one line, UTF-8,
     no NaN)."""
-    obj = answer if isinstance(answer, dict) else answer.model_dump()
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+    return _ENCODER.encode(answer if isinstance(answer, dict) else answer.model_dump())
+
+
+# One encoder for every answer (json.dumps with options builds one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
 
 
 class MemoryEngine:

@@ -93,3 +93,78 @@ def test_removing_an_unknown_place_names_the_places(eng):
     json.loads(eng.save(json.dumps({"place": "kitchen", "x": 1.0, "y": 2.0})))
     out = json.loads(eng.save(json.dumps({"place": "kitchn", "remove": True})))
     assert "did you mean 'kitchen'?" in out["error"]["message"]
+
+
+def _answer_classes() -> list[type]:
+    from memory_node.core.contract import Answer
+
+    found, todo = [], [Answer]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            found.append(sub)
+            todo.append(sub)
+    return sorted({c for c in found if c.omit_if_none}, key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("model", _answer_classes(), ids=lambda c: c.__name__)
+def test_unset_optional_answer_fields_are_left_out_of_the_json(model):
+    """A field an answer leaves unset (its `omit_if_none`) is absent from the JSON, not
+    null; set, it is there; every other field is there even when null."""
+    from memory_node.core.engine import dumps
+
+    required = {name: _sample(f.annotation) for name, f in model.model_fields.items()
+                if f.is_required()}
+    bare = json.loads(dumps(model(**required)))
+    assert not set(model.omit_if_none) & set(bare)
+    assert set(model.model_fields) - set(model.omit_if_none) <= set(bare)
+    for name in model.omit_if_none:
+        value = _sample(model.model_fields[name].annotation)
+        assert name in json.loads(dumps(model(**required, **{name: value}))), name
+
+
+def _sample(annotation) -> object:
+    """A valid value of a field's type (the first choice of a union or literal)."""
+    from typing import Literal, Union, get_args, get_origin
+
+    from pydantic import BaseModel
+
+    origin = get_origin(annotation)
+    if origin in (Union, type(int | None)):
+        choices = [a for a in get_args(annotation) if a is not type(None)]
+        return _sample(choices[0])
+    if origin is Literal:
+        return get_args(annotation)[0]
+    if origin in (list, dict):
+        return origin()
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation(**{n: _sample(f.annotation) for n, f in
+                             annotation.model_fields.items() if f.is_required()})
+    return {bool: True, int: 1, float: 1.5, str: "x"}[annotation]
+
+
+def test_an_answer_with_a_field_from_a_newer_server_keeps_it_and_took_ms_last():
+    from memory_node.core.contract import SearchAnswer, read_answer
+    from memory_node.core.engine import dumps
+
+    text = ('{"ok": true, "results": [{"id": 3, "stream": "camera", "t": 1.0, "pose": '
+            '{"source": "none", "quality": "good"}, "tags": {}, "text": "", "ref": null, '
+            '"lens": "wide"}], "count": 1, "took_ms": 0.5, "cursor": "abc"}')
+    answer = read_answer(text, SearchAnswer)
+    assert isinstance(answer, SearchAnswer)
+    out = json.loads(dumps(answer))
+    assert list(out) == ["ok", "results", "count", "cursor", "took_ms"]
+    item = out["results"][0]
+    assert item["lens"] == "wide" and item["pose"]["quality"] == "good"
+    assert "robot" not in item and "archived" not in item and "age_s" not in item["pose"]
+
+
+def test_an_omitted_field_must_be_declared():
+    from typing import ClassVar
+
+    from memory_node.core.contract import Answer
+
+    with pytest.raises(TypeError, match="undeclared"):
+        class Broken(Answer):  # noqa: F841 - defining it is the test
+            omit_if_none: ClassVar[frozenset[str]] = frozenset({"nowhere"})
+            here: int = 0
