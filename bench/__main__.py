@@ -27,6 +27,7 @@ from bench.common import (
     write_json,
 )
 
+SEMANTIC_SETS = "separated,overlap,minilm"  # the three sets of the semantic-only bars
 SECTIONS = ("limit", "embed", "query", "prototypes", "save", "ingest", "footprint", "peers",
             "ros", "index", "tf_load", "semantic")
 
@@ -37,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="smoke scale: 2k rows, few queries, no peers (seconds, not minutes)")
     p.add_argument("--scales", default=None, help="row counts, e.g. 10k,100k,1M")
     p.add_argument("--vectors", default="auto", choices=("auto", "synthetic", "minilm",
-                                                         "overlap"),
+                                                         "overlap", "separated"),
                    help="auto: MiniLM text embeddings up to 100k rows, synthetic above; "
                    "overlap: synthetic clusters that overlap (harder for the graph)")
     p.add_argument("--only", default=None, help=f"comma list of sections: {','.join(SECTIONS)}")
@@ -46,10 +47,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peers", default=None,
                    help="comma list of peers (sqlite-vec,chroma,milvus-lite,memsearch)")
     p.add_argument("--peer-scales", default="100k", help="scales the peers run at")
-    p.add_argument("--sets", default="synthetic,overlap,minilm",
-                   help="semantic: vector sets side by side (well-separated clusters, "
-                   "overlapping clusters, MiniLM captions)")
-    p.add_argument("--build-watch", default="synthetic",
+    p.add_argument("--sets", default=SEMANTIC_SETS,
+                   help="semantic: vector sets side by side (separated: well-separated "
+                   "clusters, overlap: overlapping clusters, minilm: MiniLM captions; "
+                   "synthetic: clusters on a 32-d manifold, the 1M set above)")
+    p.add_argument("--build-watch", default="separated",
                    help="semantic: the set whose graph build from nothing is watched ('none': "
                    "no build watched)")
     p.add_argument("--rebuild-max", default="100k",
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = args.sets.split(",")
         for n in scales:
             sq = nq if n <= 100_000 else min(nq, 100)
-            tag = "" if args.sets == "synthetic,overlap,minilm" else "_" + "_".join(sets)
+            tag = "" if args.sets == SEMANTIC_SETS else "_" + "_".join(sets)
             run(f"semantic_{scale_label(n)}{tag}", {"n": n, "sets": sets, "nq": sq,
                                               "peers": "chroma" in peers},
                 lambda n=n, sq=sq: section_semantic(n, args.seed, sets, sq, raw, log,
