@@ -671,7 +671,7 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
         "brute force over every row (a row tied with the k-th exact score counts). "
         "*memory_node*: `MemoryEngine.search(json)`, JSON in and out, query embedding "
         "excluded (a lookup embedder), after its graph was built and calibrated itself on "
-        "rows held out of it and on 64 real queries asked before the measured ones (efSearch "
+        "rows held out of it and on 256 real queries asked before the measured ones (efSearch "
         "and rerank depth it chose, and the recall@5 it measured, in the last column); "
         "measured before and after the others (the second pass's p50 in the notes). "
         "*FAISS HNSW alone*: `IndexHNSWFlat` on float vectors, no ids, rows or JSON. "

@@ -5,8 +5,8 @@ Three sets: well-separated clusters (`separated`), overlapping clusters (`overla
 MiniLM embeddings of generated observation captions (`minilm`); `synthetic` (clusters on a
 32-d manifold, the main benchmark's 1M set) on request. memory_node answers through
 `MemoryEngine.search(json)` (JSON in and out, a lookup embedder: query embedding excluded),
-after its graph has been built and has calibrated itself, on held-out rows and on 64 earlier
-real queries (not the measured ones); FAISS HNSW alone is an
+after its graph has been built and has calibrated itself, on held-out rows and on 256
+earlier real queries (not the measured ones); FAISS HNSW alone is an
 `IndexHNSWFlat` (float vectors, no ids, no JSON) and numpy exact one matrix-vector product
 and a partial sort, both in this process on one thread; ChromaDB runs in the peers' venv
 (bench/peers.py) in its own process. Recall@5 and @10 against brute force over every row
@@ -27,7 +27,7 @@ from bench.engine_bench import Log, make_queries, open_engine
 from bench.workload import build_store, load_dataset
 
 FAISS_M, FAISS_EF_CONSTRUCTION, FAISS_EF = 32, 200, (32, 64, 128)
-WARM_QUERIES = 64  # real queries a store in use has seen (calibrate.RECENT_QUERIES)
+WARM_QUERIES = 256  # real queries a store in use has seen (calibrate.RECENT_QUERIES)
 
 
 def _kth(ds: Any, qv: np.ndarray) -> dict[int, np.ndarray]:

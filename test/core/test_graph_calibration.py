@@ -285,3 +285,34 @@ def test_a_restart_measures_the_graph_on_the_queries_asked_before_it(tmp_path):
         assert info["calibration_queries"] == measured.queries > 64
     finally:
         again.close()
+
+
+def test_a_target_no_depth_holds_is_served_by_the_cheapest_depth_near_the_best():
+    """Queries a graph never reaches stay missed however deep it looks: the search then
+    takes the cheapest depth within `UNMET_SLACK` of the best recall measured, not the
+    deepest one, and says the target is not met."""
+    from memory_node.core.vectors import calibrate as cal
+
+    rng = np.random.default_rng(30)
+    vecs = rng.standard_normal((500, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = np.arange(1, 501, dtype=np.int64)
+    queries = vecs[:100] + 0.01  # each finds its own row first
+    order = np.argsort(-(queries @ vecs.T), axis=1)
+
+    def search(q: np.ndarray, k: int, ef: int) -> np.ndarray:
+        rows = (q[:, None, :] == queries[None, :, :]).all(axis=2).argmax(axis=1)
+        out = order[rows, :k].copy()
+        if ef < 64:  # a shallow walk misses every other query's best rows
+            even = rows % 2 == 0
+            out[even] = order[rows[even], 50:50 + k]
+        out[rows == 0] = order[0, 100:100 + k]  # one query is never reached...
+        if ef >= 256:
+            out[rows == 0, 0] = order[0, 0]  # ...but for one row of five, four times deeper
+        return out
+
+    snap = cal.Snapshot(search, ids, np.zeros(500, np.int16), [(ids, vecs)])
+    got = cal.calibrate(snap, queries, np.empty((0, DIM), np.float32), 0.999,
+                        lambda: False, [lambda want: want - 1])
+    assert got is not None and not got.met
+    assert got.ef_search == 64 and got.recall_at_5 == 0.99

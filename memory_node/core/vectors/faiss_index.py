@@ -234,8 +234,8 @@ class GraphIndex:
         have = len(self._held) + len(self._recent)  # queries to measure with
         return (tried is None or tried[0] != self._serial or live > tried[1] * (1 + cal.GROWTH)
                 or tried[2] < cal.MIN_QUERIES <= have
-                # measured before real queries came: again once a full set of them has
-                or tried[3] < cal.RECENT_QUERIES <= len(self._recent))
+                # real queries came since: again as they pass each checkpoint
+                or any(tried[3] < c <= len(self._recent) for c in cal.REAL_CHECKPOINTS))
 
     def _needs_build(self) -> bool:
         return (self._hnsw is None or self._rebuild_asked
