@@ -7,7 +7,8 @@ is found through its own links, which flatters the graph: recall@5 0.99 at efSea
 overlapping clusters where held-out queries get 0.79) and the last real queries are answered
 exactly (brute force over the graph's live rows) and through the graph at each (efSearch,
 rerank) of a grid; the cheapest pair whose recall@5 holds the target by one standard error of
-the sample (so that it holds on new queries too, not just on these) is kept. Held-out rows and
+the sample (so that it holds on new queries too, not just on these: the error of its
+queries' own recalls where misses come a whole query at a time) is kept. Held-out rows and
 real queries are held to the target each on its own once there are `MIN_REAL` real ones:
 a user's queries are worded unlike the rows (MiniLM captions: recall@5 0.995 on held-out rows
 and 0.956 on query texts at the same depth), so neither may carry the other. Recall counts a
@@ -142,11 +143,24 @@ def _candidate_scores(snap: Snapshot, queries: np.ndarray, pos: np.ndarray, fetc
 def _recall(cand: np.ndarray, kth: np.ndarray, k: int) -> float:
     """Share of each query's k best exact rows that the candidates hold (a candidate tied
     with the k-th exact score counts: equally right)."""
+    per = _per_query(cand, kth, k)
+    return float(per.mean()) if len(per) else 1.0
+
+
+def _per_query(cand: np.ndarray, kth: np.ndarray, k: int) -> np.ndarray:
+    """Each query's recall (queries with fewer than k rows to find left out)."""
     have = np.isfinite(kth)
-    if not have.any():
-        return 1.0
-    hits = np.minimum((cand >= (kth[:, None] - 1e-6)).sum(axis=1), k)
-    return float(hits[have].mean() / k)
+    hits = np.minimum((cand[have] >= (kth[have, None] - 1e-6)).sum(axis=1), k)
+    return hits / k
+
+
+def _margin(per: np.ndarray, target: float, k: int) -> float:
+    """One standard error of a recall measured on these queries: of a binomial over their
+    neighbours, or of the queries' own recalls where misses come a whole query at a time
+    (larger then), whichever is larger."""
+    n = max(1, len(per))
+    binomial = math.sqrt(target * (1 - target) / (n * k))
+    return max(binomial, float(per.std()) / math.sqrt(n))
 
 
 def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
@@ -166,10 +180,6 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
     kth5, kth10 = truth[:, K5 - 1], truth[:, K10 - 1]
     groups = ([slice(0, len(held)), slice(len(held), len(queries))]
               if len(real) >= MIN_REAL and len(held) else [slice(0, len(queries))])
-    # One standard error of a recall measured on this many neighbours, as a margin.
-    need = [min(1.0, target + math.sqrt(target * (1 - target)
-                                        / (max(1, g.stop - g.start) * K5)))
-            for g in groups]
     best: tuple[tuple[int, int], int, int, float, float] | None = None
     tried: list[tuple[tuple[int, int], int, int, float, float]] = []
     for rerank in RERANK_GRID:
@@ -190,12 +200,15 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
                 pos[start:start + BATCH] = snap.search(queries[start:start + BATCH],
                                                        fetch + 1, eff)
             cand = _candidate_scores(snap, queries, pos, fetch, finders)
-            # What the graph promises: the recall of its worst group.
-            by5 = [_recall(cand[g], kth5[g], K5) for g in groups]
+            # What the graph promises: the recall of its worst group, each group held to the
+            # target by one standard error (so that it holds on new queries too).
+            per5 = [_per_query(cand[g], kth5[g], K5) for g in groups]
+            by5 = [float(p.mean()) if len(p) else 1.0 for p in per5]
             r5 = min(by5)
             r10 = min(_recall(cand[g], kth10[g], K10) for g in groups)
             tried.append((cost, ef, rerank, r5, r10))
-            if all(r >= n for r, n in zip(by5, need, strict=True)):
+            if all(r >= min(1.0, target + _margin(p, target, K5))
+                   for r, p in zip(by5, per5, strict=True)):
                 best = (cost, ef, rerank, r5, r10)
                 break
     seconds = round(time.perf_counter() - t0, 3)
