@@ -630,10 +630,10 @@ class IndexInfo(Answer):
     it promises. `graph`: "exact" (too few rows for one), "building", "reading" (from the
     cache), "ready"; with a calibrated graph, the efSearch and rerank depth in use and the
     recall@5/@10 measured with them against exact search, on `calibration_queries` queries
-    at `calibrated_rows` rows."""
+    at `calibrated_rows` rows, and whether the target was met (by one standard error)."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({
-        "ef_search", "rerank", "recall_at_5", "recall_at_10", "recall_target",
+        "ef_search", "rerank", "recall_at_5", "recall_at_10", "recall_target", "target_met",
         "calibrated_rows", "calibration_queries"})
     model_id: str
     vectors: int
@@ -643,6 +643,7 @@ class IndexInfo(Answer):
     recall_at_5: float | None = None
     recall_at_10: float | None = None
     recall_target: float | None = None
+    target_met: bool | None = None
     calibrated_rows: int | None = None
     calibration_queries: int | None = None
 

@@ -188,7 +188,8 @@ class IndexManager:
             if state == "ready" and c is not None:
                 entry.update(ef_search=c.ef_search, rerank=c.rerank, recall_at_5=c.recall_at_5,
                              recall_at_10=c.recall_at_10, recall_target=c.target,
-                             calibrated_rows=c.rows, calibration_queries=c.queries)
+                             target_met=c.met, calibrated_rows=c.rows,
+                             calibration_queries=c.queries)
             out.append(entry)
         return out
 

@@ -125,6 +125,7 @@ def test_streams_says_what_the_graph_promises(tmp_path):
     assert entry["model_id"] == "test-clusters-32" and entry["vectors"] == 6000
     assert entry["graph"] == "ready"
     assert entry["recall_at_5"] >= entry["recall_target"] == 0.99
+    assert entry["target_met"] is True
     assert entry["ef_search"] >= 16 and entry["rerank"] >= 16
     assert entry["calibration_queries"] >= 50 and entry["calibrated_rows"] <= 6000
     eng.close()
