@@ -178,7 +178,9 @@ def peer_sqlite_vec(w: Workload, work: Path, out: dict[str, Any]) -> None:
 
 
 # ---- ChromaDB -----------------------------------------------------------------------------------
-def peer_chroma(w: Workload, work: Path, out: dict[str, Any]) -> None:
+def _chroma_collection(w: Workload, work: Path, out: dict[str, Any], metadata: bool) -> Any:
+    """A persistent ChromaDB collection (default HNSW, inner product) holding every row, with
+    (stream, t, x, y) metadata for filtered queries; its version and ingest time in `out`."""
     import chromadb
     from chromadb.config import Settings
 
@@ -191,10 +193,16 @@ def peer_chroma(w: Workload, work: Path, out: dict[str, Any]) -> None:
     batch = min(5000, client.get_max_batch_size())
     for s in range(0, w.n, batch):
         e = min(w.n, s + batch)
+        meta = ([{"stream": w.streams[w.stream[i]], "t": float(w.t[i]), "x": float(w.x[i]),
+                  "y": float(w.y[i])} for i in range(s, e)] if metadata else None)
         col.add(ids=[str(i + 1) for i in range(s, e)], embeddings=np.asarray(w.vecs[s:e]),
-                metadatas=[{"stream": w.streams[w.stream[i]], "t": float(w.t[i]),
-                            "x": float(w.x[i]), "y": float(w.y[i])} for i in range(s, e)])
+                metadatas=meta)
     out["ingest_s"] = time.perf_counter() - t0
+    return col
+
+
+def peer_chroma(w: Workload, work: Path, out: dict[str, Any]) -> None:
+    col = _chroma_collection(w, work, out, metadata=True)
     k, rad = w.k, w.radius
 
     def parse(res: dict[str, Any]) -> Result:
@@ -226,20 +234,7 @@ def peer_chroma(w: Workload, work: Path, out: dict[str, Any]) -> None:
 
 def peer_chroma_semantic(w: Workload, work: Path, out: dict[str, Any]) -> None:
     """ChromaDB on semantic-only queries alone, at k and at 10 (bench/semantic_bench.py)."""
-    import chromadb
-    from chromadb.config import Settings
-
-    out["version"] = version("chromadb")
-    client = chromadb.PersistentClient(path=str(work / "chroma"),
-                                       settings=Settings(anonymized_telemetry=False))
-    col = client.create_collection("bench", embedding_function=None,
-                                   configuration={"hnsw": {"space": "ip"}})
-    t0 = time.perf_counter()
-    batch = min(5000, client.get_max_batch_size())
-    for s in range(0, w.n, batch):
-        e = min(w.n, s + batch)
-        col.add(ids=[str(i + 1) for i in range(s, e)], embeddings=np.asarray(w.vecs[s:e]))
-    out["ingest_s"] = time.perf_counter() - t0
+    col = _chroma_collection(w, work, out, metadata=False)
 
     def semantic(kk: int) -> Callable[[int], tuple[Result, int]]:
         def run(i: int) -> tuple[Result, int]:
