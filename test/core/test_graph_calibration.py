@@ -290,8 +290,8 @@ def test_a_restart_measures_the_graph_on_the_queries_asked_before_it(tmp_path):
 
 def test_a_target_no_depth_holds_is_served_by_the_cheapest_depth_near_the_best():
     """Queries a graph never reaches stay missed however deep it looks: the search then
-    takes the cheapest depth within `UNMET_SLACK` of the best recall measured, not the
-    deepest one, and says the target is not met."""
+    takes the cheapest depth whose recall the sample cannot tell from the best one (within
+    a standard error), not the deepest one, and says the target is not met."""
     from memory_node.core.vectors import calibrate as cal
 
     rng = np.random.default_rng(30)
@@ -307,13 +307,12 @@ def test_a_target_no_depth_holds_is_served_by_the_cheapest_depth_near_the_best()
         if ef < 64:  # a shallow walk misses every other query's best rows
             even = rows % 2 == 0
             out[even] = order[rows[even], 50:50 + k]
-        out[rows == 0] = order[0, 100:100 + k]  # one query is never reached...
-        if ef >= 256:
-            out[rows == 0, 0] = order[0, 0]  # ...but for one row of five, four times deeper
+        lost = rows < (9 if ef >= 256 else 10)  # ten queries never reached; one of them
+        out[lost] = order[rows[lost], 100:100 + k]  # from four times deeper
         return out
 
     snap = cal.Snapshot(search, ids, np.zeros(500, np.int16), [(ids, vecs)])
-    got = cal.calibrate(snap, queries, np.empty((0, DIM), np.float32), 0.999,
+    got = cal.calibrate(snap, queries, np.empty((0, DIM), np.float32), 0.99,
                         lambda: False, [lambda want: want - 1])
     assert got is not None and not got.met
-    assert got.ef_search == 64 and got.recall_at_5 == 0.99
+    assert got.ef_search == 64 and got.recall_at_5 == 0.9
