@@ -226,7 +226,8 @@ class GraphIndex:
         return c if c is not None and c.serial == self._serial else None
 
     def _calibration_due(self) -> bool:
-        """A built graph not measured yet, or grown by `calibrate.GROWTH` since."""
+        """A built graph not measured yet, grown by `calibrate.GROWTH` since, with enough
+        queries now where it had too few, or with real queries past a new checkpoint."""
         if self.recall_target <= 0 or self._hnsw is None:
             return False
         tried = self._calib_tried
@@ -566,8 +567,7 @@ class GraphIndex:
                    if partial is not None and not restricted else None)
             return (*(got if got is not None else self.exact_search(q, k, names)), True)
         codes = tuple(self._names.index(p) for p in names)
-        calib = self.calibration
-        tuned = (not restricted and calib is not None and calib.serial == self._serial)
+        calib = None if restricted else self.current_calibration()
         if restricted:
             keep = np.isin(pending_codes, codes)
             pending, pending_codes = pending[keep], pending_codes[keep]
@@ -575,14 +575,14 @@ class GraphIndex:
             self._recent.append(q)  # the next calibration measures these too
         # A few more than k so ties at the boundary are broken by id like the rest; `rerank`
         # candidates re-scored exactly; more when tombstones take some of them.
-        want = max(k + 8, calib.rerank if tuned else self.rerank)  # type: ignore[union-attr]
+        want = max(k + 8, self.rerank if calib is None else calib.rerank)
         fetch = want if not restricted else int(np.ceil(want * total / max(1, sel_n)))
         with self._glock:  # graph, ids and codes as one (a background slice may extend them)
             graph, graph_ids, graph_codes = self._hnsw, self._hnsw_ids, self._hnsw_codes
             assert graph is not None  # once built, the graph is only ever replaced
             g = len(graph_ids)
             want_g = min(g, int(np.ceil(fetch * g / max(1, g - dead))) + (8 if dead else 0))
-            ef = calib.ef_search if tuned else self.ef_for(g)  # type: ignore[union-attr]
+            ef = self.ef_for(g) if calib is None else calib.ef_search
             params = _hnsw_params(max(ef, want_g))
             _, pos = graph.search(q.reshape(1, -1), want_g, params=params)
         pos = pos[0][pos[0] >= 0]
