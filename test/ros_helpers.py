@@ -154,3 +154,36 @@ def stop(proc: Process, timeout: float = 10.0) -> int:
         popen.wait(5)
     proc.read_to_end(2)
     return popen.returncode
+
+
+def service_answer(node, client, request, executor, timeout: float = 30.0,
+                   retry_s: float = 10.0):
+    """The response to `request`, re-sent every `retry_s` until `timeout`.
+
+    A request that goes out as the service is first discovered can be lost before the reply
+    path is matched, and its future then never completes: a client that asks again gets its
+    answer (a CI run saw get_parameters unanswered for 10 s while a re-run answered at once).
+    """
+    import rclpy
+
+    deadline = time.monotonic() + timeout
+    while True:
+        future = client.call_async(request)
+        wait = max(0.1, min(retry_s, deadline - time.monotonic()))
+        rclpy.spin_until_future_complete(node, future, executor=executor, timeout_sec=wait)
+        if future.done() and future.result() is not None:
+            return future.result()
+        client.remove_pending_request(future)
+        assert time.monotonic() < deadline, f"{client.srv_name}: no answer in {timeout:g} s"
+
+
+def parameter_values(node, executor, target: str, names: list[str]) -> list:
+    """The ParameterValues of node `target`'s parameters `names`, from its get_parameters."""
+    from rcl_interfaces.srv import GetParameters
+
+    client = node.create_client(GetParameters, f"/{target}/get_parameters")
+    try:
+        assert client.wait_for_service(timeout_sec=30), f"{target} has no parameter service"
+        return service_answer(node, client, GetParameters.Request(names=names), executor).values
+    finally:
+        node.destroy_client(client)

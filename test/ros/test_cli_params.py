@@ -20,7 +20,7 @@ from clip_support import clip_repo_files
 from hub_server import HubServer
 from launch_support import RUN_LAUNCH, install_prefix
 from rcl_interfaces.msg import ParameterType
-from rcl_interfaces.srv import GetParameters
+from ros_helpers import parameter_values
 
 from memory_node.core.model_store import CLIP, MODELS_ENV
 from memory_node.ros.param_args import same_value
@@ -122,23 +122,16 @@ def readme_commands(prefix: str) -> list[str]:
 
 
 def get_parameters(node, target: str, names: list[str]) -> dict:
-    client = node.create_client(GetParameters, f"/{target}/get_parameters")
+    executor = rclpy.executors.SingleThreadedExecutor(context=node.context)
     try:
-        assert client.wait_for_service(timeout_sec=30), f"{target} has no parameter service"
-        future = client.call_async(GetParameters.Request(names=names))
-        executor = rclpy.executors.SingleThreadedExecutor(context=node.context)
-        try:
-            rclpy.spin_until_future_complete(node, future, executor=executor, timeout_sec=10)
-        finally:
-            executor.shutdown()
-        assert future.result() is not None, f"{target}: no answer to get_parameters"
-        values = {}
-        for name, value in zip(names, future.result().values, strict=True):
-            assert value.type != ParameterType.PARAMETER_NOT_SET, f"{target} lacks {name}"
-            values[name] = rclpy.parameter.parameter_value_to_python(value)
-        return values
+        got = parameter_values(node, executor, target, names)
     finally:
-        node.destroy_client(client)
+        executor.shutdown()
+    values = {}
+    for name, value in zip(names, got, strict=True):
+        assert value.type != ParameterType.PARAMETER_NOT_SET, f"{target} lacks {name}"
+        values[name] = rclpy.parameter.parameter_value_to_python(value)
+    return values
 
 
 def check_typed_values_apply(ros, proc, typed: dict[str, str]) -> None:

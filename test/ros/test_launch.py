@@ -14,23 +14,11 @@ import time
 import pytest
 import rclpy
 from launch_support import RUN_LAUNCH, install_prefix
-from rcl_interfaces.srv import GetParameters
+from ros_helpers import parameter_values
 
 from memory_node.ros.cli import ServiceCaller
 
 NODES = {"memory_server", "memory_recorder", "memory_tf_listener"}
-
-def get_params(node, executor, target: str, names: list[str]) -> list:
-    client = node.create_client(GetParameters, f"/{target}/get_parameters")
-    try:
-        assert client.wait_for_service(timeout_sec=30), f"{target} has no parameter service"
-        fut = client.call_async(GetParameters.Request(names=names))
-        rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=10)
-        assert fut.result() is not None, f"{target}: no answer to get_parameters"
-        return fut.result().values
-    finally:
-        node.destroy_client(client)
-
 
 def test_launch_file_with_go2_config(ros_process, tmp_path):
     launch_file = install_prefix(tmp_path / "install")
@@ -65,11 +53,12 @@ def test_launch_file_with_go2_config(ros_process, tmp_path):
         assert {"/tf", "/tf_static"} <= set(listener_subs)
         assert "/tf" not in dict(node.get_subscriber_names_and_types_by_node("memory_server",
                                                                              "/"))
-        [lidar, voxel] = get_params(node, executor, "memory_recorder",
-                                    ["lidar_topic", "lidar_voxel"])
+        [lidar, voxel] = parameter_values(node, executor, "memory_recorder",
+                                          ["lidar_topic", "lidar_voxel"])
         assert lidar.string_value == "/point_cloud2"
         assert voxel.double_value == pytest.approx(0.15)  # go2.yaml's, not the default 0.1
-        [mem, sim] = get_params(node, executor, "memory_server", ["memory_dir", "use_sim_time"])
+        [mem, sim] = parameter_values(node, executor, "memory_server",
+                                      ["memory_dir", "use_sim_time"])
         assert mem.string_value == str(memory_dir)
         assert sim.bool_value is False
         caller = ServiceCaller("launch_test_caller", context=ctx)
@@ -124,9 +113,10 @@ def test_launch_arguments_win_over_the_config_file(ros_process, tmp_path):
     node = rclpy.create_node("launch_override_observer", context=ctx)
     executor = rclpy.executors.SingleThreadedExecutor(context=ctx)
     try:
-        frames = get_params(node, executor, "memory_tf_listener", ["world_frame", "base_frame"])
+        frames = parameter_values(node, executor, "memory_tf_listener",
+                                  ["world_frame", "base_frame"])
         assert [f.string_value for f in frames] == ["odom", "base"]
-        [voxel] = get_params(node, executor, "memory_recorder", ["lidar_voxel"])
+        [voxel] = parameter_values(node, executor, "memory_recorder", ["lidar_voxel"])
         assert voxel.double_value == pytest.approx(0.15)  # the rest still from go2.yaml
     finally:
         executor.shutdown()

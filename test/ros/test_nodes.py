@@ -17,6 +17,7 @@ from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import service_answer
 from sensor_msgs.msg import Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 from waiting import wait_until
@@ -215,17 +216,8 @@ def _lifecycle(node, ctx, name, proc):
     executor = SingleThreadedExecutor(context=ctx)
 
     def answer(client, request, timeout, retry_s=None):
-        """The response; get_state is re-sent every retry_s (the response path of a freshly
-        discovered service may not be matched yet when the first request goes out)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            fut = client.call_async(request)
-            wait = min(retry_s or timeout, deadline - time.monotonic())
-            rclpy.spin_until_future_complete(node, fut, executor=executor, timeout_sec=wait)
-            if fut.done() and fut.result() is not None:
-                return fut.result()
-            client.remove_pending_request(fut)
-            assert retry_s and time.monotonic() < deadline, f"{client.srv_name}: no answer"
+        """The response; get_state is re-sent every retry_s (a transition is sent once)."""
+        return service_answer(node, client, request, executor, timeout, retry_s or timeout)
 
     def transition(tid):
         return answer(change, ChangeState.Request(transition=Transition(id=tid)), 60).success
