@@ -33,11 +33,10 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     create_model,
-    model_serializer,
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 from memory_node.core.errors import BadRequest
 from memory_node.core.types import Observation, Pose
@@ -489,16 +488,25 @@ class Answer(BaseModel):
 
 
 class Reply(Answer):
-    """A whole answer (search, save, compact, streams): `took_ms` is its last key, after any
-    field a server of another version added. (Only here: a wrap serializer is Python run per
-    model dumped.)"""
+    """A whole answer (search, save, compact, streams): `took_ms` is its last declared field,
+    and `json_text` keeps it the last key after any field a server of another version added.
+    (A wrap serializer would do that too, but it is Python run on every dump, and in JSON mode
+    it makes the whole nested answer a Python dict before the text: twice the work.)"""
 
-    @model_serializer(mode="wrap")
-    def _took_last(self, handler: Any) -> dict[str, Any]:
-        out = handler(self)
-        if self.__pydantic_extra__ and "took_ms" in out:
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if list(cls.model_fields)[-1:] != ["took_ms"]:
+            raise TypeError(f"{cls.__name__}: took_ms must be its last field")
+
+    def json_text(self) -> str:
+        """The answer as the services' JSON text (compact, UTF-8, NaN as null)."""
+        if not self.__pydantic_extra__:
+            return self.model_dump_json()
+        out = self.model_dump(mode="json")
+        if "took_ms" in out:
             out["took_ms"] = out.pop("took_ms")
-        return out
+        return to_json(out, inf_nan_mode="null").decode()
 
 
 class PoseOut(Answer):

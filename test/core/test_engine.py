@@ -323,7 +323,7 @@ def test_schema_1_store_is_migrated_and_a_newer_one_refused(tmp_path):
         SqliteObservationStore(root / "memory.db")
 
 
-TOOK_MS = re.compile(r', "took_ms": [0-9.e+-]+')
+TOOK_MS = re.compile(r',\s*"took_ms":\s*[0-9.e+-]+')
 
 
 def same_but_took_ms(a: str, b: str) -> bool:
