@@ -176,6 +176,52 @@ def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(mon
     assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
 
 
+def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(monkeypatch):
+    """A first build over enough rows indexes them coarsely before the graph: from then on a
+    search probes that index for every row the copy of the graph lacks (bounded work, not a
+    scan of them all), from the first moment (no node yet) to the last, and rows added after
+    the build began are still scanned exactly."""
+    from memory_node.core.vectors import faiss_index
+
+    monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
+    vecs = clustered(12000, 9, 0.5)
+    ids = np.arange(1, 12001, dtype=np.int64)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(ids[:10000], vecs[:10000])
+    seen: list[tuple[int, float, float]] = []
+    publish = faiss_index.GraphIndex._publish_partial
+    probed: list[int] = []
+    coarse_search = faiss_index._Coarse.search
+
+    def counted(self, q, want, start):
+        probed.append(start)
+        return coarse_search(self, q, want, start)
+
+    def checked(self, *a, **kw):
+        publish(self, *a, **kw)
+        assert self.partial_coarse, "a build this large publishes a coarse index"
+        if len(self) == 10000:
+            self.add(ids[10000:], vecs[10000:])  # arrives during the build
+        hits = [self.search_parts(vecs[i], 1)[0].tolist() == [i + 1]
+                for i in (*range(0, 12000, 301), 11999)]
+        q = clustered(20, 10, 0.5)
+        rec = np.mean([len(set(self.search_parts(x, 5)[0].tolist())
+                           & set(top_k(ids, vecs @ x, 5)[0].tolist())) / 5 for x in q])
+        seen.append((self.partial_nodes, float(np.mean(hits)), float(rec)))
+
+    monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
+    monkeypatch.setattr(faiss_index._Coarse, "search", counted)
+    while idx.work():
+        pass
+    assert seen[0][0] == 0, "the coarse index serves before the graph has a node"
+    assert any(0 < covered < 10000 for covered, _h, _r in seen)
+    for covered, hits, rec in seen:
+        assert hits == 1.0 and rec >= 0.9, (covered, hits, rec)
+    assert set(probed) >= {covered for covered, _h, _r in seen}  # from the copy's end on
+    assert idx.partial_nodes is None and not idx.partial_coarse  # the whole graph serves now
+    assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
+
+
 def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_path,
                                                                             monkeypatch):
     """The engine's answer during a first build names the rows in the graph so far; its

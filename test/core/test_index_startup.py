@@ -4,6 +4,7 @@ a graph found damaged then is rebuilt with one warning, and the cache files stay
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -29,7 +30,9 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 def _mapped_deleted(root: Path) -> list[str]:
-    """Files under root/index that this process maps although they were deleted."""
+    """Files under root/index that this process maps although they were deleted (once the
+    garbage collector has run: an array in a reference cycle is unmapped when it does)."""
+    gc.collect()
     with open("/proc/self/maps") as fh:
         return sorted({line.split(None, 5)[-1].strip() for line in fh
                        if str(root / "index") in line and "(deleted)" in line})

@@ -39,6 +39,13 @@ EXTEND_SLICE_S = 0.01
 GRAPH_MIN_SHARE = 0.2
 # A first build publishes a copy of its graph for searches after at least this many rows.
 PARTIAL_MIN_ROWS = 4096
+# A first build of at least this many rows first indexes them coarsely (an inverted file of
+# 8-bit codes, a few seconds at 100k): searches meanwhile probe it for the rows the copy of
+# the graph lacks, instead of scanning them all exactly.
+COARSE_MIN_ROWS = 20000
+# Held-out rows a coarse index is measured with (their exact top 5 found as it is filled).
+COARSE_QUERIES = 128
+CHUNK = 8192  # rows read at a time while filling a coarse index
 
 
 class GraphIndex:
@@ -140,6 +147,20 @@ class GraphIndex:
         that copy and scan the other rows exactly); None otherwise."""
         p = self._partial
         return len(p.ids) if p is not None and self._hnsw is None else None
+
+    @property
+    def partial_coarse(self) -> bool:
+        """While a first graph is built: whether the rows its copy lacks are probed in a
+        coarse index (approximate) rather than scanned exactly."""
+        p = self._partial
+        return p is not None and p.coarse is not None and self._hnsw is None
+
+    @property
+    def partial_coarse_recall(self) -> float | None:
+        """The coarse index's recall@5 as measured on the held-out rows (None: no coarse
+        index serves, or no rows were held out)."""
+        p = self._partial
+        return p.coarse.recall_at_5 if p is not None and p.coarse is not None else None
 
     @property
     def pending(self) -> int:
@@ -354,6 +375,7 @@ class GraphIndex:
         ids_out: list[np.ndarray] = []
         codes_out: list[np.ndarray] = []
         held = self._pick_held([ids for _c, ids, _v in snap], total)
+        coarse: _Coarse | None = None
         # A first build hands searches a copy of the graph as far as it got, every eighth
         # of the rows: they walk it and scan only the rows it lacks exactly.
         publish_every = max(PARTIAL_MIN_ROWS, total // 8)
@@ -367,6 +389,14 @@ class GraphIndex:
                     graph.train(np.ascontiguousarray(np.concatenate(
                         [v[: max(1, int(np.ceil(len(v) * share)))] for _c, _i, v in snap
                          if len(v)])))
+                if first and total - len(held) >= COARSE_MIN_ROWS:
+                    coarse = _Coarse.build(self.dim, snap, held, max(13, self.rerank),
+                                           self.recall_target or 0.99, cancelled)
+                    if coarse is None:
+                        return  # cancelled
+                    self._publish_partial(graph, [], [], 0, snap[0][1],
+                                          np.ones(len(snap[0][1]), bool), 0,
+                                          [i for _c, i, _v in snap], layouts, held, coarse)
                 for c, ids, vecs in snap:
                     out = np.isin(ids, held) if len(held) else np.zeros(len(ids), bool)
                     for start in range(0, len(vecs), 2048):  # cancellable between chunks
@@ -381,7 +411,8 @@ class GraphIndex:
                         if first and next_publish <= added < total - len(held):
                             next_publish += publish_every
                             self._publish_partial(graph, ids_out, codes_out, c, ids, out, end,
-                                                  [i for _c, i, _v in snap], layouts, held)
+                                                  [i for _c, i, _v in snap], layouts, held,
+                                                  coarse)
                     ids_out.append(ids[~out])
                     codes_out.append(np.full(int((~out).sum()), c, np.int16))
             finally:
@@ -395,33 +426,43 @@ class GraphIndex:
     def _publish_partial(self, graph: faiss.Index, ids_out: list[np.ndarray],
                          codes_out: list[np.ndarray], c: int, ids: np.ndarray,
                          out: np.ndarray, end: int, snap_ids: list[np.ndarray],
-                         layouts: list[int], held: np.ndarray) -> None:
+                         layouts: list[int], held: np.ndarray,
+                         coarse: _Coarse | None = None) -> None:
         """Hand searches a copy of the graph being built: parts before `c` whole, part `c`
-        up to row `end` (rows `out` held out), later parts not yet."""
+        up to row `end` (rows `out` held out), later parts not yet. With a `coarse` index of
+        every row the build began with, the copy and it cover them all."""
         node_ids = np.concatenate([*ids_out, ids[:end][~out[:end]]])
         node_codes = np.concatenate([*codes_out, np.full(int((~out[:end]).sum()), c, np.int16)])
-        cover = {cc: (len(i) if cc < c else end if cc == c else 0, layouts[cc])
-                 for cc, i in enumerate(snap_ids)}
+        cover = {cc: (len(i) if cc < c or coarse is not None else end if cc == c else 0,
+                      layouts[cc]) for cc, i in enumerate(snap_ids)}
         # Held-out rows the copy covers (those beyond it are in the exact scan already).
         held_codes = np.full(len(held), -1, np.int16)
         for cc, i in enumerate(snap_ids):
             held_codes[np.isin(held, i[:cover[cc][0]])] = cc
         copy = faiss.clone_index(graph)  # ~1 ms per 10k nodes; searched without any lock
         self._partial = _Partial(copy, node_ids, node_codes, cover, held[held_codes >= 0],
-                                 held_codes[held_codes >= 0])
+                                 held_codes[held_codes >= 0], coarse)
 
     def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
                         ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Top-k over `names` while a first graph is built: the copy's best candidates
-        re-scored exactly, held-out rows and every row the copy lacks scored exactly (a
-        matrix-vector product over each part's uncovered tail). None when a part's rows
-        moved since the copy (a removal): the caller scans exactly."""
+        """Top-k over `names` while a first graph is built: the copy's best candidates and,
+        with a coarse index, its best among the rows the copy lacks, re-scored exactly;
+        held-out rows and every row neither covers scored exactly (a matrix-vector product
+        over each part's uncovered tail). None when a part's rows moved since the copy (a
+        removal): the caller scans exactly."""
         want = max(k + 8, self.rerank)
-        _, pos = p.graph.search(q.reshape(1, -1), want,
-                                params=_hnsw_params(max(self.ef_for(len(p.ids)), want)))
-        pos = pos[0][pos[0] >= 0]
-        cand = np.concatenate([p.ids[pos], p.held])
-        cand_codes = np.concatenate([p.codes[pos], p.held_codes])
+        cand_l, codes_l = [p.held], [p.held_codes]
+        if len(p.ids):
+            _, pos = p.graph.search(q.reshape(1, -1), want,
+                                    params=_hnsw_params(max(self.ef_for(len(p.ids)), want)))
+            pos = pos[0][pos[0] >= 0]
+            cand_l.append(p.ids[pos])
+            codes_l.append(p.codes[pos])
+        if p.coarse is not None:  # the rows not in the copy yet
+            i, c = p.coarse.search(q, want, len(p.ids))
+            cand_l.append(i)
+            codes_l.append(c)
+        cand, cand_codes = np.concatenate(cand_l), np.concatenate(codes_l)
         ids_l, scores_l = [], []
         for name in names:
             c = self._names.index(name)
@@ -755,6 +796,93 @@ class _Partial:
     cover: dict[int, tuple[int, int]]
     held: np.ndarray  # rows held out of the graph (scored exactly)
     held_codes: np.ndarray
+    coarse: _Coarse | None = None  # every row the build began with, but the held ones
+
+
+@dataclass
+class _Coarse:
+    """An inverted file of 8-bit codes over the rows a first build began with (held rows
+    left out), numbered in the order the build adds them to the graph: position i is graph
+    node i once the build gets there, so the rows a copy of the graph lacks are positions
+    from its node count on. A search probes `nprobe` of its lists, the fewest whose best
+    `want` hold the exact top 5 of the held-out rows as often as the recall target asks
+    (`recall_at_5`, measured when built; every list when none does: a scan of 8-bit codes,
+    still a quarter of the bytes of an exact one)."""
+
+    index: faiss.Index
+    ids: np.ndarray  # position -> id
+    codes: np.ndarray  # position -> part code
+    nprobe: int
+    recall_at_5: float | None  # of the held rows with `nprobe` (None: none held)
+
+    @classmethod
+    def build(cls, dim: int, snap: list[tuple[int, np.ndarray, np.ndarray]],
+              held: np.ndarray, want: int, recall_target: float,
+              cancelled: Callable[[], bool]) -> _Coarse | None:
+        """Train on a sample of every part, add every row but the held ones (measuring their
+        exact top 5 on the way), pick `nprobe`; None if cancelled meanwhile."""
+        keeps = [~np.isin(ids, held) if len(held) else np.ones(len(ids), bool)
+                 for _c, ids, _v in snap]
+        n = int(sum(int(k.sum()) for k in keeps))
+        nlist = max(8, min(int(np.sqrt(n)), n // 40))
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist,
+                                              faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
+                                              faiss.METRIC_INNER_PRODUCT)
+        index.cp.niter = 8  # coarse lists: a few k-means rounds are plenty
+        share = min(1.0, 40 * nlist / n)
+        index.train(np.ascontiguousarray(np.concatenate(
+            [v[: max(1, int(np.ceil(len(v) * share)))] for _c, _i, v in snap if len(v)])))
+        queries = [np.asarray(v[start:start + CHUNK], np.float32)[~k[start:start + CHUNK]]
+                   for (_c, _i, v), k in zip(snap, keeps, strict=True)
+                   for start in range(0, len(v), CHUNK) if not k[start:start + CHUNK].all()]
+        q = (np.concatenate(queries)[:COARSE_QUERIES] if queries
+             else np.empty((0, dim), np.float32))
+        best = np.full((len(q), 5), -np.inf, np.float32)  # their exact top 5 so far
+        best_at = np.full((len(q), 5), -1, np.int64)
+        ids_l, codes_l, at = [], [], 0
+        for (c, ids, vecs), keep in zip(snap, keeps, strict=True):
+            for start in range(0, len(vecs), CHUNK):
+                if cancelled():
+                    return None
+                chunk = np.ascontiguousarray(
+                    np.asarray(vecs[start:start + CHUNK], np.float32)[keep[start:start + CHUNK]])
+                index.add_with_ids(chunk, np.arange(at, at + len(chunk), dtype=np.int64))
+                if len(q) and len(chunk):
+                    scores = np.concatenate([best, q @ chunk.T], axis=1)
+                    where = np.concatenate([best_at, np.broadcast_to(
+                        np.arange(at, at + len(chunk)), (len(q), len(chunk)))], axis=1)
+                    top = np.argpartition(-scores, 4, axis=1)[:, :5]
+                    best = np.take_along_axis(scores, top, 1)
+                    best_at = np.take_along_axis(where, top, 1)
+                at += len(chunk)
+            ids_l.append(ids[keep])
+            codes_l.append(np.full(int(keep.sum()), c, np.int16))
+        nprobe, recall = nlist, None
+        if len(q):
+            for probe in sorted({max(1, nlist // d) for d in (32, 16, 8, 4, 2, 1)}):
+                params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
+                params.nprobe = probe
+                _, got = index.search(q, want, params=params)
+                recall = float(np.mean([len(set(g.tolist()) & set(b.tolist())) / 5
+                                        for g, b in zip(got, best_at, strict=True)]))
+                if recall >= recall_target:
+                    nprobe = probe
+                    break
+            else:
+                nprobe = nlist  # every list: as good as the 8-bit codes' ranking gets
+        return cls(index, np.concatenate(ids_l), np.concatenate(codes_l), nprobe, recall)
+
+    def search(self, q: np.ndarray, want: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, part codes) of the best `want` rows at positions from `start` on."""
+        if start >= len(self.ids):
+            return np.empty(0, np.int64), np.empty(0, np.int16)
+        params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
+        params.nprobe = self.nprobe
+        params.sel = faiss.IDSelectorRange(start, len(self.ids))
+        _, pos = self.index.search(q.reshape(1, -1), want, params=params)
+        pos = pos[0][pos[0] >= 0]
+        return self.ids[pos], self.codes[pos]
 
 
 class _Replaced(Exception):
