@@ -4,8 +4,10 @@ would see it, re-checks it as it grows, and says what it promises in `streams`."
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
+import pytest
 from engine_support import FakeClock, PoseBox, make_engine
 
 from memory_node.core.types import Observation, Pose
@@ -222,15 +224,18 @@ def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(m
     assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
 
 
+@pytest.mark.parametrize("coarse", [False, True], ids=["scan", "coarse"])
 def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_path,
-                                                                            monkeypatch):
-    """The engine's answer during a first build names the rows in the graph so far; its
-    results are ranked by their exact scores."""
-    import pytest
+                                                                            monkeypatch,
+                                                                            coarse):
+    """The engine's answer during a first build names the rows in the graph so far and how
+    the others were searched (scanned, or probed in a coarse index with the recall it
+    measured); its results are ranked by their exact scores."""
     from engine_support import minilm
 
     from memory_node.core.vectors import faiss_index
 
+    monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000 if coarse else 10**9)
     eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
                       hnsw_m=8, hnsw_ef_construction=40)
     rng = np.random.default_rng(11)
@@ -252,7 +257,12 @@ def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_
     assert answers, "no partial graph was handed to searches"
     ans = answers[0]
     assert ans["ok"] and ans["count"] == 5, ans
-    assert any("rows are in it so far" in n for n in ans["notes"])
+    [note] = [n for n in ans["notes"] if "rows are in it so far" in n]
+    if coarse:
+        assert re.search(r"the others were probed in a coarse index \(approximate, "
+                         r"recall@5 [01]\.\d{3} on held-out rows\)$", note), note
+    else:
+        assert note.endswith("the others were scanned exactly"), note
     scores = [r["score"] for r in ans["results"]]
     assert scores == sorted(scores, reverse=True)
     q = minilm().embed_texts(["a red door"])[0]
