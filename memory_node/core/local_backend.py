@@ -21,6 +21,7 @@ from memory_node.core.planner import Nearest, QueryVectors
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, RowFilter
 from memory_node.core.vectors import top_k
+from memory_node.core.vectors.faiss_index import GraphIndex
 
 Key = tuple[str, str]  # (model_id, stream): one vector index
 
@@ -210,9 +211,7 @@ class LocalBackend:
                 if graph is not None and part is not None and where.streams is None:
                     notes.append(f"the graph index of {', '.join(sorted(names))} is being "
                                  f"built in the background: {part} of {len(graph)} rows are "
-                                 "in it so far; the others were "
-                                 + (coarse_words(graph.partial_coarse_recall)
-                                    if graph.partial_coarse else "scanned exactly"))
+                                 "in it so far; " + partial_words(graph))
                 else:
                     doing = ("read from the index cache" if self.indexes.reading(model_id)
                              else "built in the background")
@@ -225,7 +224,11 @@ class LocalBackend:
         return self.store.get(ids, include_archived=where.include_archived)
 
 
-def coarse_words(recall: float | None) -> str:
-    """How rows outside a partial graph were searched, in a note's words."""
+def partial_words(graph: GraphIndex) -> str:
+    """How a search during a first build found its rows, in a note's words."""
+    if not graph.partial_coarse:
+        return "the others were scanned exactly"
+    recall = graph.partial_coarse_recall
     measured = "" if recall is None else f", recall@5 {recall:.3f} on held-out rows"
-    return f"probed in a coarse index (approximate{measured})"
+    where = "every row was" if graph.partial_coarse_alone else "the others were"
+    return f"{where} probed in a coarse index (approximate{measured})"

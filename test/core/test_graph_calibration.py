@@ -178,14 +178,26 @@ def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(mon
     assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
 
 
-def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(monkeypatch):
+@pytest.mark.parametrize("alone", [True, False], ids=["coarse-alone", "copy-and-coarse"])
+def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(monkeypatch,
+                                                                               alone):
     """A first build over enough rows indexes them coarsely before the graph: from then on a
-    search probes that index for every row the copy of the graph lacks (bounded work, not a
-    scan of them all), from the first moment (no node yet) to the last, and rows added after
-    the build began are still scanned exactly."""
+    search probes that index for every row (when it holds the recall target alone) or for
+    every row the copy of the graph lacks (bounded work, not a scan of them all), from the
+    first moment (no node yet) to the last, and rows added after the build began are still
+    scanned exactly."""
     from memory_node.core.vectors import faiss_index
 
     monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
+    build_coarse = faiss_index._Coarse.build.__func__
+
+    def measured_as(cls, *a, **kw):
+        coarse = build_coarse(cls, *a, **kw)
+        if coarse is not None:
+            coarse.alone = alone  # as if its measured recall held the target, or not
+        return coarse
+
+    monkeypatch.setattr(faiss_index._Coarse, "build", classmethod(measured_as))
     vecs = clustered(12000, 9, 0.5)
     ids = np.arange(1, 12001, dtype=np.int64)
     idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
@@ -219,7 +231,10 @@ def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(m
     assert any(0 < covered < 10000 for covered, _h, _r in seen)
     for covered, hits, rec in seen:
         assert hits == 1.0 and rec >= 0.9, (covered, hits, rec)
-    assert set(probed) >= {covered for covered, _h, _r in seen}  # from the copy's end on
+    if alone:
+        assert set(probed) == {0}  # every row, the copy not walked
+    else:
+        assert set(probed) >= {covered for covered, _h, _r in seen}  # from the copy's end on
     assert idx.partial_nodes is None and not idx.partial_coarse  # the whole graph serves now
     assert idx.search_parts(vecs[11999], 1)[0].tolist() == [12000]
 
@@ -259,8 +274,8 @@ def test_a_search_during_a_first_build_says_how_much_of_the_graph_it_walked(tmp_
     assert ans["ok"] and ans["count"] == 5, ans
     [note] = [n for n in ans["notes"] if "rows are in it so far" in n]
     if coarse:
-        assert re.search(r"the others were probed in a coarse index \(approximate, "
-                         r"recall@5 [01]\.\d{3} on held-out rows\)$", note), note
+        assert re.search(r"(the others were|every row was) probed in a coarse index "
+                         r"\(approximate, recall@5 [01]\.\d{3} on held-out rows\)$", note), note
     else:
         assert note.endswith("the others were scanned exactly"), note
     scores = [r["score"] for r in ans["results"]]
