@@ -725,7 +725,7 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
                     f"from nothing | {b['latency_ms']['p50']:.3f} | {b['latency_ms']['p99']:.3f}"
                     f" | {b['recall_at_5']:.3f} | – | {b['queries']} queries, one every 20 ms, "
                     f"over the {b['graph_ready_s']} s the build took (open {b['open_s']} s); "
-                    f"{b['with_partial_graph']} of them walked a copy of the part built; second "
+                    f"{_searched_by(b)}; second "
                     f"half p50 {b['second_half_latency_ms']['p50']:.3f} ms, recall@5 "
                     f"{b['second_half_recall_at_5']:.3f} |")
         _profile_table(add, r)
@@ -757,6 +757,22 @@ def _semantic_verdicts(add: Any, r: dict[str, Any]) -> None:
             add(f"- {SET_NAMES.get(vset, vset)}, while the graph is built: p50 {bp:.3f} ms "
                 f"(bar 3 ms): {'met' if bp <= 3.0 else 'NOT met'}, recall@5 "
                 f"{b['recall_at_5']:.3f}.")
+
+
+def _searched_by(b: dict[str, Any]) -> str:
+    """How the queries during a first build found their rows, in words."""
+    by = b.get("searched_by")
+    if not by:  # a result from before the coarse index
+        return f"{b['with_partial_graph']} of them walked a copy of the part built"
+    words = {"coarse alone": "probed the coarse index of every row",
+             "copy + coarse": "walked a copy of the part built and probed the coarse index "
+                              "for the rest",
+             "copy + scan": "walked a copy of the part built and scanned the rest",
+             "exact": "scanned every row"}
+    out = ", ".join(f"{n} {words.get(k, k)}" for k, n in by.items())
+    rec = b.get("coarse_recall_at_5_held_out")
+    return out + ("" if rec is None else f" (the coarse index measured recall@5 {rec:.3f} on "
+                  "the rows held out of the graph)")
 
 
 def _profile_table(add: Any, r: dict[str, Any]) -> None:

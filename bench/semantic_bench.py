@@ -195,12 +195,19 @@ def _while_building(d: Path, ds: Any, queries: list[dict[str, Any]], qv: np.ndar
     got: list[list[int]] = []
     qi: list[int] = []
     covered: list[int] = []
+    how: list[str] = []  # how each query found the rows outside the graph
+    coarse_recall: float | None = None
     i = 0
     try:
         while graph is not None and graph.exact and time.perf_counter() - t0 < watch_s:
             q = queries[i % len(queries)]
             raw = json.dumps({"semantic_query": q["text"], "k": 5})
             part = graph.partial_nodes or 0
+            how.append("coarse alone" if graph.partial_coarse_alone
+                       else "copy + coarse" if graph.partial_coarse
+                       else "copy + scan" if part else "exact")
+            if graph.partial_coarse_recall is not None:
+                coarse_recall = graph.partial_coarse_recall
             t1 = time.perf_counter_ns()
             s = eng.search(raw)
             lat.append((time.perf_counter_ns() - t1) / 1e6)
@@ -224,6 +231,8 @@ def _while_building(d: Path, ds: Any, queries: list[dict[str, Any]], qv: np.ndar
             "second_half_latency_ms": percentiles(lat[half:]),
             "second_half_recall_at_5": rec_half, "queries": len(lat),
             "with_partial_graph": int(sum(c > 0 for c in covered)),
+            "searched_by": {k: how.count(k) for k in sorted(set(how))},
+            "coarse_recall_at_5_held_out": coarse_recall,
             "open_s": round(opened, 2), "graph_ready_s": round(ready, 1),
             "watched_s": watch_s}
 
