@@ -446,9 +446,19 @@ class GraphIndex:
         held_codes = np.full(len(held), -1, np.int16)
         for cc, i in enumerate(snap_ids):
             held_codes[np.isin(held, i[:cover[cc][0]])] = cc
+        held, held_codes = held[held_codes >= 0], held_codes[held_codes >= 0]
+        # Their vectors in one matrix: one small product a search (gathering ~300 rows from
+        # the parts on every search cost more than the coarse probe itself).
+        keep = np.zeros(len(held), bool)
+        held_vecs = np.zeros((len(held), self.dim), np.float32)
+        for cc, name in enumerate(self._names):
+            sel = np.nonzero(held_codes == cc)[0]
+            if len(sel):
+                hit, vecs = self.parts[name].vectors_of(held[sel])
+                held_vecs[sel[hit]], keep[sel[hit]] = vecs.reshape(-1, self.dim), True
         copy = faiss.clone_index(graph)  # ~1 ms per 10k nodes; searched without any lock
-        self._partial = _Partial(copy, node_ids, node_codes, cover, held[held_codes >= 0],
-                                 held_codes[held_codes >= 0], coarse)
+        self._partial = _Partial(copy, node_ids, node_codes, cover, held[keep],
+                                 held_codes[keep], np.ascontiguousarray(held_vecs[keep]), coarse)
 
     def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
                         ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -460,7 +470,8 @@ class GraphIndex:
         over each part's uncovered tail). None when a part's rows moved since the copy (a
         removal): the caller scans exactly."""
         want = max(k + 8, self.rerank)
-        cand_l, codes_l = [p.held], [p.held_codes]
+        cand_l: list[np.ndarray] = []
+        codes_l: list[np.ndarray] = []
         alone = p.coarse is not None and p.coarse.alone
         if len(p.ids) and not alone:
             _, pos = p.graph.search(q.reshape(1, -1), want,
@@ -472,10 +483,12 @@ class GraphIndex:
             i, c = p.coarse.search(q, want, 0 if alone else len(p.ids))
             cand_l.append(i)
             codes_l.append(c)
-        cand, cand_codes = np.concatenate(cand_l), np.concatenate(codes_l)
-        ids_l, scores_l = [], []
-        for name in names:
-            c = self._names.index(name)
+        cand = np.concatenate(cand_l) if cand_l else np.empty(0, np.int64)
+        cand_codes = np.concatenate(codes_l) if codes_l else np.empty(0, np.int16)
+        codes = [self._names.index(name) for name in names]
+        mine = np.isin(p.held_codes, codes)
+        ids_l, scores_l = [p.held[mine]], [p.held_vecs[mine] @ q]
+        for name, c in zip(names, codes, strict=True):
             part = self.parts[name]
             covered, layout = p.cover.get(c, (0, part.layout))
             if part.layout != layout:
@@ -486,8 +499,6 @@ class GraphIndex:
                     else []):
                 ids_l.append(i)
                 scores_l.append(s)
-        if not ids_l:
-            return top_k(np.empty(0, np.int64), np.empty(0, np.float32), k)
         return top_k(np.concatenate(ids_l), np.concatenate(scores_l), k)
 
     def _pick_held(self, ids: list[np.ndarray], total: int) -> np.ndarray:
@@ -806,6 +817,7 @@ class _Partial:
     cover: dict[int, tuple[int, int]]
     held: np.ndarray  # rows held out of the graph (scored exactly)
     held_codes: np.ndarray
+    held_vecs: np.ndarray  # their vectors, row for row
     coarse: _Coarse | None = None  # every row the build began with, but the held ones
 
 
@@ -835,7 +847,7 @@ class _Coarse:
         keeps = [~np.isin(ids, held) if len(held) else np.ones(len(ids), bool)
                  for _c, ids, _v in snap]
         n = int(sum(int(k.sum()) for k in keeps))
-        nlist = max(8, min(int(np.sqrt(n)), n // 40))
+        nlist = max(8, min(int(2 * np.sqrt(n)), n // 40))
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist,
                                               faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
@@ -891,7 +903,8 @@ class _Coarse:
             return np.empty(0, np.int64), np.empty(0, np.int16)
         params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
         params.nprobe = self.nprobe
-        params.sel = faiss.IDSelectorRange(start, len(self.ids))
+        if start:  # (a selector is a test per row scanned)
+            params.sel = faiss.IDSelectorRange(start, len(self.ids))
         _, pos = self.index.search(q.reshape(1, -1), want, params=params)
         pos = pos[0][pos[0] >= 0]
         return self.ids[pos], self.codes[pos]
