@@ -22,7 +22,7 @@ import faiss
 import numpy as np
 
 from memory_node.core.vectors import calibrate as cal
-from memory_node.core.vectors.exact import ExactIndex, top_k
+from memory_node.core.vectors.exact import ExactIndex, SlotRows, top_k
 
 faiss.omp_set_num_threads(1)  # single queries are faster on one thread (notes/offline-models.md)
 
@@ -480,9 +480,9 @@ class GraphIndex:
             cand_l.append(p.ids[pos])
             codes_l.append(p.codes[pos])
         if p.coarse is not None:  # every row, or those not in the copy yet
-            i, c = p.coarse.search(q, want, 0 if alone else len(p.ids))
-            cand_l.append(i)
-            codes_l.append(c)
+            found, found_codes = p.coarse.search(q, want, 0 if alone else len(p.ids))
+            cand_l.append(found)
+            codes_l.append(found_codes)
         cand = np.concatenate(cand_l) if cand_l else np.empty(0, np.int64)
         cand_codes = np.concatenate(codes_l) if codes_l else np.empty(0, np.int16)
         codes = [self._names.index(name) for name in names]
@@ -839,7 +839,7 @@ class _Coarse:
     alone: bool = False  # it holds the recall target: searches probe it for every row
 
     @classmethod
-    def build(cls, dim: int, snap: list[tuple[int, np.ndarray, np.ndarray]],
+    def build(cls, dim: int, snap: list[tuple[int, np.ndarray, np.ndarray | SlotRows]],
               held: np.ndarray, want: int, recall_target: float,
               cancelled: Callable[[], bool]) -> _Coarse | None:
         """Train on a sample of every part, add every row but the held ones (measuring their
@@ -850,7 +850,7 @@ class _Coarse:
         nlist = max(8, min(int(2 * np.sqrt(n)), n // 40))
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist,
-                                              faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
+                                              faiss.ScalarQuantizer.QT_8bit,
                                               faiss.METRIC_INNER_PRODUCT)
         index.cp.niter = 8  # coarse lists: a few k-means rounds are plenty
         share = min(1.0, 40 * nlist / n)
@@ -884,7 +884,7 @@ class _Coarse:
         nprobe, recall = nlist, None
         if len(q):
             for probe in sorted({max(1, nlist // d) for d in (32, 16, 8, 4, 2, 1)}):
-                params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
+                params = faiss.SearchParametersIVF()
                 params.nprobe = probe
                 _, got = index.search(q, want, params=params)
                 recall = float(np.mean([len(set(g.tolist()) & set(b.tolist())) / 5
@@ -901,7 +901,7 @@ class _Coarse:
         """(ids, part codes) of the best `want` rows at positions from `start` on."""
         if start >= len(self.ids):
             return np.empty(0, np.int64), np.empty(0, np.int16)
-        params = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
+        params = faiss.SearchParametersIVF()
         params.nprobe = self.nprobe
         if start:  # (a selector is a test per row scanned)
             params.sel = faiss.IDSelectorRange(start, len(self.ids))
