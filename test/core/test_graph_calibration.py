@@ -142,6 +142,22 @@ def test_streams_of_a_store_without_a_graph_says_exact(tmp_path):
     eng.close()
 
 
+def found_mid_build(idx: OneStreamGraph, ids: np.ndarray, vecs: np.ndarray
+                    ) -> tuple[float, float]:
+    """Searches in the middle of a first build of the first 10,000 rows, the other 2,000
+    added then (the first time): the share of a sample of rows, both sides of the part built
+    and the last row added included, whose own vector finds them first, and recall@5 on 20
+    queries near the rows."""
+    if len(idx) == 10000:
+        idx.add(ids[10000:], vecs[10000:])  # arrives during the build
+    hits = [idx.search_parts(vecs[i], 1)[0].tolist() == [i + 1]
+            for i in (*range(0, 12000, 301), 11999)]
+    q = clustered(20, 10, 0.5)
+    rec = np.mean([len(set(idx.search_parts(x, 5)[0].tolist())
+                       & set(top_k(ids, vecs @ x, 5)[0].tolist())) / 5 for x in q])
+    return float(np.mean(hits)), float(rec)
+
+
 def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(monkeypatch):
     """While a first graph is built, a search walks a copy of the part built so far and
     scores every other row exactly: rows on both sides are found, and so are rows added
@@ -161,14 +177,8 @@ def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(mon
             return
         covered = self.partial_nodes
         assert covered is not None and 0 < covered < 10000
-        if len(self) == 10000:
-            self.add(ids[10000:], vecs[10000:])  # arrives during the build
-        hits = [self.search_parts(vecs[i], 1)[0].tolist() == [i + 1]
-                for i in (*range(0, 12000, 301), 11999)]
-        q = clustered(20, 10, 0.5)
-        rec = np.mean([len(set(self.search_parts(x, 5)[0].tolist())
-                           & set(top_k(ids, vecs @ x, 5)[0].tolist())) / 5 for x in q])
-        seen.append((covered, float(np.mean(hits)), rec >= 0.9))
+        hits, rec = found_mid_build(self, ids, vecs)
+        seen.append((covered, hits, rec >= 0.9))
 
     monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
     while idx.work():
@@ -214,14 +224,7 @@ def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(m
     def checked(self, *a, **kw):
         publish(self, *a, **kw)
         assert self.partial_coarse, "a build this large publishes a coarse index"
-        if len(self) == 10000:
-            self.add(ids[10000:], vecs[10000:])  # arrives during the build
-        hits = [self.search_parts(vecs[i], 1)[0].tolist() == [i + 1]
-                for i in (*range(0, 12000, 301), 11999)]
-        q = clustered(20, 10, 0.5)
-        rec = np.mean([len(set(self.search_parts(x, 5)[0].tolist())
-                           & set(top_k(ids, vecs @ x, 5)[0].tolist())) / 5 for x in q])
-        seen.append((self.partial_nodes, float(np.mean(hits)), float(rec)))
+        seen.append((self.partial_nodes, *found_mid_build(self, ids, vecs)))
 
     monkeypatch.setattr(faiss_index.GraphIndex, "_publish_partial", checked)
     monkeypatch.setattr(faiss_index._Coarse, "search", counted)
