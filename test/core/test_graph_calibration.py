@@ -142,6 +142,16 @@ def test_streams_of_a_store_without_a_graph_says_exact(tmp_path):
     eng.close()
 
 
+def unbuilt_graph() -> tuple[OneStreamGraph, np.ndarray, np.ndarray]:
+    """A graph of 10,000 rows whose build the test steps through (no background worker),
+    with the 12,000 ids and vectors (`found_mid_build` adds the last 2,000)."""
+    vecs = clustered(12000, 9, 0.5)
+    ids = np.arange(1, 12001, dtype=np.int64)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
+    idx.add(ids[:10000], vecs[:10000])
+    return idx, ids, vecs
+
+
 def found_mid_build(idx: OneStreamGraph, ids: np.ndarray, vecs: np.ndarray
                     ) -> tuple[float, float]:
     """Searches in the middle of a first build of the first 10,000 rows, the other 2,000
@@ -164,10 +174,7 @@ def test_searches_during_a_first_build_walk_the_part_built_and_scan_the_rest(mon
     after the build began."""
     from memory_node.core.vectors import faiss_index
 
-    vecs = clustered(12000, 9, 0.5)
-    ids = np.arange(1, 12001, dtype=np.int64)
-    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
-    idx.add(ids[:10000], vecs[:10000])
+    idx, ids, vecs = unbuilt_graph()
     seen: list[tuple[int, float, bool]] = []
     publish = faiss_index.GraphIndex._publish_partial
 
@@ -208,10 +215,7 @@ def test_a_large_first_build_probes_a_coarse_index_for_the_rows_its_copy_lacks(m
         return coarse
 
     monkeypatch.setattr(faiss_index._Coarse, "build", classmethod(measured_as))
-    vecs = clustered(12000, 9, 0.5)
-    ids = np.arange(1, 12001, dtype=np.int64)
-    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None)
-    idx.add(ids[:10000], vecs[:10000])
+    idx, ids, vecs = unbuilt_graph()
     seen: list[tuple[int, float, float]] = []
     publish = faiss_index.GraphIndex._publish_partial
     probed: list[int] = []
