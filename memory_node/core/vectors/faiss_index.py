@@ -46,6 +46,7 @@ COARSE_MIN_ROWS = 20000
 # Held-out rows a coarse index is measured with (their exact top 5 found as it is filled).
 COARSE_QUERIES = 128
 CHUNK = 8192  # rows read at a time while filling a coarse index
+COARSE_MAX_LISTS = 1024
 
 
 class GraphIndex:
@@ -847,7 +848,9 @@ class _Coarse:
         keeps = [~np.isin(ids, held) if len(held) else np.ones(len(ids), bool)
                  for _c, ids, _v in snap]
         n = int(sum(int(k.sum()) for k in keeps))
-        nlist = max(8, min(int(2 * np.sqrt(n)), n // 40))
+        # 2 sqrt(n) lists (632 at 100k), at most COARSE_MAX_LISTS: filling costs n x lists
+        # products (~6 s at 100k; ~1 min at 1M with the cap)
+        nlist = max(8, min(int(2 * np.sqrt(n)), COARSE_MAX_LISTS, n // 40))
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist,
                                               faiss.ScalarQuantizer.QT_8bit,
