@@ -110,7 +110,7 @@ def dumps(answer: Any) -> str:
     """An answer (a model, or its dict) as the JSON text the services send: one line, UTF-8,
     compact, a NaN or infinity as null (always valid JSON). Serialized by pydantic-core, not
     `json`: a model straight to text, with no Python dict in between (a ten-result search
-    answer in 15 µs instead of 80)."""
+    answer in 18 µs instead of 82)."""
     if isinstance(answer, dict):
         return to_json(answer, inf_nan_mode="null").decode()
     if isinstance(answer, Reply):

@@ -150,25 +150,30 @@ class GraphIndex:
         return len(p.ids) if p is not None and self._hnsw is None else None
 
     @property
+    def _serving_coarse(self) -> _Coarse | None:
+        """The coarse index searches use while a first graph is built (None: none)."""
+        p = self._partial
+        return p.coarse if p is not None and self._hnsw is None else None
+
+    @property
     def partial_coarse(self) -> bool:
         """While a first graph is built: whether the rows its copy lacks are probed in a
         coarse index (approximate) rather than scanned exactly."""
-        p = self._partial
-        return p is not None and p.coarse is not None and self._hnsw is None
+        return self._serving_coarse is not None
 
     @property
     def partial_coarse_recall(self) -> float | None:
         """The coarse index's recall@5 as measured on the held-out rows (None: no coarse
         index serves, or no rows were held out)."""
-        p = self._partial
-        return p.coarse.recall_at_5 if p is not None and p.coarse is not None else None
+        coarse = self._serving_coarse
+        return coarse.recall_at_5 if coarse is not None else None
 
     @property
     def partial_coarse_alone(self) -> bool:
         """Whether the coarse index answers for every row (it holds the recall target), the
         copy of the graph being built not walked."""
-        p = self._partial
-        return self.partial_coarse and p is not None and p.coarse is not None and p.coarse.alone
+        coarse = self._serving_coarse
+        return coarse is not None and coarse.alone
 
     @property
     def pending(self) -> int:
@@ -324,15 +329,7 @@ class GraphIndex:
         for p in parts:
             with p._lock:  # ids and rows as one view
                 snap_parts.append((p.ids(), p.vectors()))
-        own = np.zeros((len(held), self.dim), np.float32)
-        keep = np.zeros(len(held), bool)
-        for c, part in enumerate(parts):
-            sel = held_codes == c
-            if sel.any():
-                hit, vecs = part.vectors_of(held[sel])
-                idx = np.nonzero(sel)[0][hit]
-                own[idx], keep[idx] = vecs, True
-        own = own[keep]
+        own = _rows_of(parts, held, held_codes, self.dim)[2]
         real = np.asarray(recent, np.float32).reshape(-1, self.dim)
         if len(own) + len(real) < cal.MIN_QUERIES:
             return None  # too few to measure: tried again once the graph grows
@@ -398,8 +395,8 @@ class GraphIndex:
                         [v[: max(1, int(np.ceil(len(v) * share)))] for _c, _i, v in snap
                          if len(v)])))
                 if first and total - len(held) >= COARSE_MIN_ROWS:
-                    coarse = _Coarse.build(self.dim, snap, held, max(13, self.rerank),
-                                           self.recall_target or 0.99, cancelled)
+                    coarse = _Coarse.build(self.dim, snap, held, self._want(5),
+                                           self.recall_target, cancelled)
                     if coarse is None:
                         return  # cancelled
                     self._publish_partial(graph, [], [], 0, snap[0][1],
@@ -447,19 +444,12 @@ class GraphIndex:
         held_codes = np.full(len(held), -1, np.int16)
         for cc, i in enumerate(snap_ids):
             held_codes[np.isin(held, i[:cover[cc][0]])] = cc
-        held, held_codes = held[held_codes >= 0], held_codes[held_codes >= 0]
         # Their vectors in one matrix: one small product a search (gathering ~300 rows from
         # the parts on every search cost more than the coarse probe itself).
-        keep = np.zeros(len(held), bool)
-        held_vecs = np.zeros((len(held), self.dim), np.float32)
-        for cc, name in enumerate(self._names):
-            sel = np.nonzero(held_codes == cc)[0]
-            if len(sel):
-                hit, vecs = self.parts[name].vectors_of(held[sel])
-                held_vecs[sel[hit]], keep[sel[hit]] = vecs.reshape(-1, self.dim), True
+        held_rows = _rows_of([self.parts[n] for n in self._names], held[held_codes >= 0],
+                             held_codes[held_codes >= 0], self.dim)
         copy = faiss.clone_index(graph)  # ~1 ms per 10k nodes; searched without any lock
-        self._partial = _Partial(copy, node_ids, node_codes, cover, held[keep],
-                                 held_codes[keep], np.ascontiguousarray(held_vecs[keep]), coarse)
+        self._partial = _Partial(copy, node_ids, node_codes, cover, *held_rows, coarse)
 
     def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
                         ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -470,7 +460,7 @@ class GraphIndex:
         held-out rows and every row neither covers scored exactly (a matrix-vector product
         over each part's uncovered tail). None when a part's rows moved since the copy (a
         removal): the caller scans exactly."""
-        want = max(k + 8, self.rerank)
+        want = self._want(k)
         cand_l: list[np.ndarray] = []
         codes_l: list[np.ndarray] = []
         alone = p.coarse is not None and p.coarse.alone
@@ -501,6 +491,11 @@ class GraphIndex:
                 ids_l.append(i)
                 scores_l.append(s)
         return top_k(np.concatenate(ids_l), np.concatenate(scores_l), k)
+
+    def _want(self, k: int) -> int:
+        """Candidates a partial search re-scores exactly for a top-k (a few more than k, so
+        ties at the boundary break by id; at least `rerank`)."""
+        return max(k + 8, self.rerank)
 
     def _pick_held(self, ids: list[np.ndarray], total: int) -> np.ndarray:
         """Ids to hold out of a graph (at most 1% of its rows): its calibration queries."""
@@ -678,19 +673,8 @@ class GraphIndex:
         """The held rows' ids, part codes and vectors in one array (call under the lock)."""
         rows = self._held_rows
         if rows is None:
-            ids_l, codes_l, vecs_l = [], [], []
-            for c, name in enumerate(self._names):
-                sel = self._held[self._held_codes == c]
-                if len(sel):
-                    hit, vecs = self.parts[name].vectors_of(sel)
-                    ids_l.append(sel[hit])
-                    codes_l.append(np.full(int(hit.sum()), c, np.int16))
-                    vecs_l.append(vecs.reshape(-1, self.dim))
-            rows = self._held_rows = (
-                np.concatenate(ids_l) if ids_l else np.empty(0, np.int64),
-                np.concatenate(codes_l) if codes_l else np.empty(0, np.int16),
-                np.ascontiguousarray(np.concatenate(vecs_l), np.float32) if vecs_l
-                else np.empty((0, self.dim), np.float32))
+            rows = self._held_rows = _rows_of([self.parts[n] for n in self._names],
+                                              self._held, self._held_codes, self.dim)
         return rows
 
     # ---- persistence of the graph (the expensive part to rebuild) -------------------------
@@ -894,9 +878,7 @@ class _Coarse:
                                         for g, b in zip(got, best_at, strict=True)]))
                 if recall >= recall_target:
                     nprobe = probe
-                    break
-            else:
-                nprobe = nlist  # every list: as good as the 8-bit codes' ranking gets
+                    break  # else every list: as good as the 8-bit codes' ranking gets
         return cls(index, np.concatenate(ids_l), np.concatenate(codes_l), nprobe, recall,
                    recall is not None and recall >= recall_target)
 
@@ -911,6 +893,20 @@ class _Coarse:
         _, pos = self.index.search(q.reshape(1, -1), want, params=params)
         pos = pos[0][pos[0] >= 0]
         return self.ids[pos], self.codes[pos]
+
+
+def _rows_of(parts: list[ExactIndex], ids: np.ndarray, codes: np.ndarray, dim: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, part codes, vectors) of the rows `ids` (of parts `codes`) that their parts still
+    hold, in the order given: the held-out rows as one matrix."""
+    keep = np.zeros(len(ids), bool)
+    vecs = np.zeros((len(ids), dim), np.float32)
+    for c, part in enumerate(parts):
+        sel = np.nonzero(codes == c)[0]
+        if len(sel):
+            hit, found = part.vectors_of(ids[sel])
+            vecs[sel[hit]], keep[sel[hit]] = found.reshape(-1, dim), True
+    return ids[keep], codes[keep], np.ascontiguousarray(vecs[keep])
 
 
 class _Replaced(Exception):
