@@ -52,6 +52,9 @@ POSE_MEDIAN_M = 0.05
 POSE_MAX_M = 0.3
 RANGE_TOL_M = 0.35  # voxel downsampling (0.15 m) moves the farthest point a little
 RATE = 3.0
+# How late (in recording time) a row stamped on arrival may be: 0.7 s of a loaded machine's
+# callback delay at RATE (3x).
+ARRIVAL_LATE_S = 2.1
 SEED = 7
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -101,27 +104,37 @@ def _expected(sample: Sample, robot: int = 0) -> tuple[str, np.ndarray]:
     return exp["frame"], np.array(exp["samples"])[:, :3]
 
 
-def _pose_errors(rows: list[Observation], frame: str, path: np.ndarray) -> np.ndarray:
+def _pose_errors(rows: list[Observation], frame: str, path: np.ndarray,
+                 late_s: float = 0.0) -> np.ndarray:
+    """Each posed row's distance from where the robot was at its stamp, or, with `late_s`, at
+    the nearest of the moments up to `late_s` before it (a row stamped on arrival is stamped
+    late by however long its callback waited)."""
     posed = [r for r in rows if r.pose is not None]
     assert posed, "no row has a pose"
     assert {r.pose.frame for r in posed} == {frame}, {r.pose.frame for r in posed}
-    t = np.array([r.t for r in posed])
-    x = np.interp(t, path[:, 0], path[:, 1])
-    y = np.interp(t, path[:, 0], path[:, 2])
-    return np.hypot(np.array([r.pose.x for r in posed]) - x,
-                    np.array([r.pose.y for r in posed]) - y)
+    stamps = np.array([r.t for r in posed])
+    xy = np.array([[r.pose.x, r.pose.y] for r in posed])
+    best = np.full(len(posed), np.inf)
+    for lag in np.arange(0.0, late_s + 1e-9, 0.05):
+        t = stamps - lag
+        err = np.hypot(xy[:, 0] - np.interp(t, path[:, 0], path[:, 1]),
+                       xy[:, 1] - np.interp(t, path[:, 0], path[:, 2]))
+        best = np.minimum(best, err)
+    return best
 
 
 def _assert_poses(rows: list[Observation], frame: str, path: np.ndarray, what: str,
-                  share_within_max: float = 1.0) -> None:
-    """Median error under POSE_MEDIAN_M; `share_within_max` of the rows (all by default)
-    under POSE_MAX_M."""
+                  late_s: float = 0.0) -> None:
+    """The median error at the stamp under POSE_MEDIAN_M; every row under POSE_MAX_M from where
+    the robot was at its stamp or, with `late_s`, up to `late_s` before it."""
     err = _pose_errors(rows, frame, path)
     assert len(err) >= 0.9 * len(rows), f"{what}: {len(rows) - len(err)} of {len(rows)} unposed"
-    within = float(np.mean(err < POSE_MAX_M))
-    assert np.median(err) < POSE_MEDIAN_M and within >= share_within_max, (
-        f"{what}: pose error median {np.median(err):.3f} m, max {err.max():.3f} m, "
-        f"{within:.0%} under {POSE_MAX_M} m, over {len(err)} rows")
+    assert np.median(err) < POSE_MEDIAN_M, (
+        f"{what}: pose error median {np.median(err):.3f} m over {len(err)} rows")
+    late = _pose_errors(rows, frame, path, late_s)
+    assert late.max() < POSE_MAX_M, (
+        f"{what}: {int(np.sum(late >= POSE_MAX_M))} of {len(late)} rows over {POSE_MAX_M} m "
+        f"(max {late.max():.3f} m) from where the robot was up to {late_s} s before the stamp")
 
 
 def _true_speed(path: np.ndarray, t: float) -> float:
@@ -268,9 +281,9 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     """45 s of recording at 3x: about 15 s of replay; generated while the node starts.
 
     /utlidar/robot_odom carries no stamps, so odometry is stamped on arrival: a callback that
-    runs late (a loaded machine) stamps late, by its delay times the replay rate times the
-    robot's speed (the tour is time-compressed to 1.7 m/s here). So 95 % of the rows, not
-    all, must lie within POSE_MAX_M; the median stays under POSE_MEDIAN_M.
+    runs late (a loaded machine) stamps late, by its delay times the replay rate. So every row
+    must lie within POSE_MAX_M of where the robot was up to ARRIVAL_LATE_S before its stamp,
+    and the median error at the stamp stays under POSE_MEDIAN_M.
     """
     memory_dir = tmp_path / "memory"
     node = _spawn("unitree_ros2", memory_dir, tmp_path / "logs", "memory-node")
@@ -289,8 +302,8 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     assert frame == "odom"
     odom, lidar = _rows(memory_dir, "odom"), _rows(memory_dir, "lidar")
     assert len(odom) >= 10 and len(lidar) >= 10
-    _assert_poses(odom, frame, path, "odom", 0.95)
-    _assert_poses(lidar, frame, path, "lidar", 0.95)
+    _assert_poses(odom, frame, path, "odom", ARRIVAL_LATE_S)
+    _assert_poses(lidar, frame, path, "lidar", ARRIVAL_LATE_S)
     assert all("odom" in r.pose.source for r in odom + lidar if r.pose is not None)
     assert answer["recorder"]["camera"]["status"] == "not_configured", answer
     assert not _rows(memory_dir, "camera")
