@@ -10,6 +10,7 @@ store 8-bit codes: a quarter of the memory, and each hop reads a quarter of the 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import time
@@ -644,13 +645,14 @@ class GraphIndex:
             params = _hnsw_params(max(ef, want_g))
             _, pos = graph.search(q.reshape(1, -1), want_g, params=params)
         pos = pos[0][pos[0] >= 0]
-        cand = np.concatenate([graph_ids[pos], pending])
-        cand_codes = np.concatenate([graph_codes[pos], pending_codes])
+        # One sort of the candidates (ids once each) and a loop over the parts they are in,
+        # not a mask and a sort per part: a third of this step's time with four parts.
+        cand, first = np.unique(np.concatenate([graph_ids[pos], pending]), return_index=True)
+        cand_codes = np.concatenate([graph_codes[pos], pending_codes])[first]
         ids_l, scores_l = [], []
-        for c in codes:
-            sel = np.unique(cand[cand_codes == c])
-            if len(sel):
-                i, s = self.parts[self._names[c]].score_ids(sel, q)
+        for c in np.unique(cand_codes).tolist():
+            if c in codes:
+                i, s = self.parts[self._names[c]].score_ids(cand[cand_codes == c], q)
                 ids_l.append(i)
                 scores_l.append(s)
         ids = np.concatenate(ids_l) if ids_l else np.empty(0, np.int64)
@@ -940,8 +942,10 @@ def _storage_fits(graph: faiss.Index, storage: faiss.Index) -> bool:
     return isinstance(storage, kind) and storage.d == graph.d and storage.is_trained
 
 
+@functools.lru_cache(maxsize=256)
 def _hnsw_params(ef: int) -> faiss.SearchParameters:
-    """HNSW search parameters (faiss's stubs know neither the class nor its keywords)."""
+    """HNSW search parameters (faiss's stubs know neither the class nor its keywords), one
+    object per efSearch: making one cost a query about 8 µs, and a search only reads it."""
     params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = ef
     return params
