@@ -32,6 +32,7 @@ import numpy as np
 # fetches. RERANK_GRID: candidates re-scored exactly with the float vectors.
 EF_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 RERANK_GRID = (16, 24, 32, 48, 64, 96)
+IVF_RERANKS = (16, 32)  # an inverted file's 8-bit ranking is the graph's: a shorter grid
 SAMPLE_QUERIES = 300  # rows held out of the graph as queries (1500 neighbours at k=5)
 MIN_QUERIES = 50  # fewer queries than this measure too coarsely: no calibration
 RECENT_QUERIES = 256  # real queries kept for the next calibration
@@ -65,6 +66,15 @@ class Calibration:
     real_queries: int
     seconds: float
     serial: int = 0  # which graph (GraphIndex's build counter) it was measured on
+    # Set when the inverted file over the graph's rows serves instead of the graph walk: the
+    # lists it probes (`ef_search` is then the graph's own, for when it serves again).
+    nprobe: int | None = None
+    search_us: float | None = None  # the kept setting's candidate search, per query
+
+    @property
+    def searched_by(self) -> str:
+        """What an unrestricted search walks: "graph" or "inverted file"."""
+        return "graph" if self.nprobe is None else "inverted file"
 
     def info(self) -> dict:
         """The figures a user sees (`streams`' "indexes")."""
@@ -164,13 +174,27 @@ def _margin(per: np.ndarray, target: float, k: int) -> float:
     return max(binomial, float(per.std()) / math.sqrt(n))
 
 
+def ivf_grid(nlist: int) -> tuple[int, ...]:
+    """Lists an inverted file of `nlist` lists is tried at, ascending, up to a quarter of
+    them (probing more reads more than a quarter of the rows' codes: no index then)."""
+    most = max(1, nlist // 4)
+    return tuple(sorted({p for p in (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+                         if p < most} | {most}))
+
+
 def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
-              cancelled: Callable[[], bool], finders: list, serial: int = 0
+              cancelled: Callable[[], bool], finders: list, serial: int = 0,
+              grid: Sequence[int] = EF_GRID, walk: bool = True,
+              max_us: float | None = None, reranks: Sequence[int] = RERANK_GRID
               ) -> Calibration | None:
-    """Measure recall@5 and @10 over the grid and keep the cheapest (efSearch, rerank) that
-    holds `target` at k=5 (cost: the candidates the graph walk keeps, max(efSearch, rerank),
-    then rerank). `held`: vectors of rows held out of the graph, `real`: recent real
-    queries. `finders[c](ids)` -> positions in part c (-1 where gone). None when cancelled."""
+    """Measure recall@5 and @10 over the grid and keep the cheapest (depth, rerank) that
+    holds `target` at k=5 (cost: the candidates the search keeps, then rerank). The depth is
+    a graph's efSearch (`walk`: a walk keeps at least the candidates it returns, so a depth
+    below them is the same search) or an inverted file's lists probed (`nprobe` of the
+    result). `held`: vectors of rows held out of the graph, `real`: recent real queries.
+    `finders[c](ids)` -> positions in part c (-1 where gone). With `max_us`, a rerank depth
+    stops deepening once a search takes longer than that a query (what another index holds
+    the target in: deeper only costs more). None when cancelled."""
     t0 = time.perf_counter()
     queries = np.ascontiguousarray(np.concatenate([held, real]).astype(np.float32))
     if not len(queries):
@@ -181,13 +205,13 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
     kth5, kth10 = truth[:, K5 - 1], truth[:, K10 - 1]
     groups = ([slice(0, len(held)), slice(len(held), len(queries))]
               if len(real) >= MIN_REAL and len(held) else [slice(0, len(queries))])
-    best: tuple[tuple[int, int], int, int, float, float] | None = None
-    tried: list[tuple[tuple[int, int], int, int, float, float, float]] = []
-    for rerank in RERANK_GRID:
+    best: tuple[tuple[int, int], int, int, float, float, float] | None = None
+    tried: list[tuple[tuple[int, int], int, int, float, float, float, float]] = []
+    for rerank in reranks:
         fetch = max(K5 + 8, rerank)  # what a k=5 search re-scores (GraphIndex.search_parts)
         last_eff = -1
-        for ef in EF_GRID:
-            eff = max(ef, fetch + 1)
+        for ef in grid:
+            eff = max(ef, fetch + 1) if walk else ef
             if eff == last_eff:
                 continue  # the same search as the previous step
             last_eff = eff
@@ -195,11 +219,15 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
             if best is not None and cost >= best[0]:
                 break  # no cheaper than what holds already
             pos = np.empty((len(queries), fetch + 1), np.int64)
+            spent = 0.0
             for start in range(0, len(queries), BATCH):
                 if cancelled():
                     return None
+                t1 = time.perf_counter()
                 pos[start:start + BATCH] = snap.search(queries[start:start + BATCH],
                                                        fetch + 1, eff)
+                spent += time.perf_counter() - t1
+            us = round(spent / len(queries) * 1e6, 1)
             cand = _candidate_scores(snap, queries, pos, fetch, finders)
             # What the graph promises: the recall of its worst group, each group held to the
             # target by one standard error (so that it holds on new queries too).
@@ -208,19 +236,22 @@ def calibrate(snap: Snapshot, held: np.ndarray, real: np.ndarray, target: float,
             r5 = min(by5)
             r10 = min(_recall(cand[g], kth10[g], K10) for g in groups)
             error = max(_margin(p, target, K5) for p in per5)
-            tried.append((cost, ef, rerank, r5, r10, error))
+            tried.append((cost, ef, rerank, r5, r10, error, us))
             if all(r >= min(1.0, target + _margin(p, target, K5))
                    for r, p in zip(by5, per5, strict=True)):
-                best = (cost, ef, rerank, r5, r10)
+                best = (cost, ef, rerank, r5, r10, us)
+                break
+            if max_us is not None and us > max_us:
                 break
     seconds = round(time.perf_counter() - t0, 3)
     n_live = int((snap.graph_codes >= 0).sum())
-    if best is not None:
-        _c, ef, rerank, r5, r10 = best
-        return Calibration(ef, rerank, round(r5, 4), round(r10, 4), target, True, n_live,
-                           len(queries), len(real), seconds, serial)
-    top = max(tried, key=lambda t: (t[3], [-c for c in t[0]]))
-    near = top[3] - max(UNMET_SLACK, top[5])
-    _c, ef, rerank, r5, r10, _e = min(t for t in tried if t[3] >= near)
-    return Calibration(ef, rerank, round(r5, 4), round(r10, 4), target, False, n_live,
-                       len(queries), len(real), seconds, serial)
+    met = best is not None
+    if best is None:
+        top = max(tried, key=lambda t: (t[3], [-c for c in t[0]]))
+        near = top[3] - max(UNMET_SLACK, top[5])
+        _c, ef, rerank, r5, r10, _e, us = min(t for t in tried if t[3] >= near)
+    else:
+        _c, ef, rerank, r5, r10, us = best
+    return Calibration(ef if walk else 0, rerank, round(r5, 4), round(r10, 4), target, met,
+                       n_live, len(queries), len(real), seconds, serial,
+                       nprobe=None if walk else ef, search_us=us)
