@@ -19,6 +19,11 @@ class ConfigError(ValueError):
     """A configuration value is missing, of the wrong type or out of range."""
 
 
+# Settings that take one of a few words, and those words.
+_CHOICES = {"hnsw_storage": ("sq8", "flat"), "hnsw_ivf": ("auto", "prefer", "off"),
+            "compact_clock": ("store", "clock")}
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """Everything the engine needs; `identity()` is what makes two configurations 'the same'."""
@@ -57,6 +62,12 @@ class MemoryConfig:
     # efSearch and rerank depth whose recall@5, measured against exact search on rows held
     # out of it and recent queries, holds hnsw_recall_target (0: no calibration). Until then,
     # and for searches within some streams, the grown hnsw_ef_search and hnsw_rerank serve.
+    # hnsw_ivf: above 20k vectors an inverted file of 8-bit codes is kept beside the graph and
+    # calibrated with it; "auto" lets the faster of the two that holds the target serve
+    # unfiltered searches (the file is freed once the walk wins on 256 real queries),
+    # "prefer" the file whenever it holds it, "off" keeps none (its 8-bit codes: 384 bytes a
+    # 384-d vector).
+    hnsw_ivf: str = "auto"
     hnsw_min_rows: int = 20000
     hnsw_m: int = 48
     hnsw_ef_construction: int = 200
@@ -133,16 +144,16 @@ class MemoryConfig:
         for s in self.streams:
             if not s or not all(c.isalnum() or c in "_-" for c in s):
                 raise ConfigError(f"stream name {s!r} must be letters, digits, '_' or '-'")
-        if self.hnsw_storage not in ("sq8", "flat"):
-            raise ConfigError("hnsw_storage must be 'sq8' or 'flat'")
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                words = [f"'{a}'" for a in allowed]
+                raise ConfigError(f"{name} must be {', '.join(words[:-1])} or {words[-1]}")
         if min(self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search,
                self.hnsw_rerank) < 1:
             raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
                               "must be >= 1")
         if not 0 <= self.hnsw_recall_target <= 1:
             raise ConfigError("hnsw_recall_target must be between 0 (no calibration) and 1")
-        if self.compact_clock not in ("store", "clock"):
-            raise ConfigError("compact_clock must be 'store' or 'clock'")
         if not self.visit_gap_s > 0:
             raise ConfigError("visit_gap_s must be > 0")
         if not self.caption_max_per_min > 0:

@@ -116,7 +116,7 @@ class IndexManager:
                 dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                 ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows, storage=c.hnsw_storage,
                 rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule,
-                recall_target=c.hnsw_recall_target)
+                recall_target=c.hnsw_recall_target, ivf=c.hnsw_ivf)
         return graph
 
     def _attach(self, indexes: dict[Key, ExactIndex]) -> dict[str, GraphIndex]:
@@ -186,7 +186,8 @@ class IndexManager:
             entry: dict = {"model_id": model_id, "vectors": n, "graph": state}
             c = graph.current_calibration()
             if state == "ready" and c is not None:
-                entry.update(ef_search=c.ef_search, rerank=c.rerank, recall_at_5=c.recall_at_5,
+                entry.update(searched_by=c.searched_by, nprobe=c.nprobe,
+                             ef_search=c.ef_search, rerank=c.rerank, recall_at_5=c.recall_at_5,
                              recall_at_10=c.recall_at_10, recall_target=c.target,
                              target_met=c.met, calibrated_rows=c.rows,
                              calibration_queries=c.queries)

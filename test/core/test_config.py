@@ -21,6 +21,7 @@ def test_defaults_and_environment_fallbacks():
     ({"hnsw_storage": "pq"}, "hnsw_storage must be 'sq8' or 'flat'"),
     ({"hnsw_m": 0}, "hnsw_m.*must be >= 1"),
     ({"hnsw_rerank": -5}, "hnsw_rerank must be >= 1"),
+    ({"hnsw_ivf": "always"}, "hnsw_ivf must be 'auto', 'prefer' or 'off'"),
     ({"k_default": 500}, "k_default must be between 1 and k_max"),
     ({"streams": ["camera", "events"]}, "streams must include 'summaries'"),
 ])

@@ -394,3 +394,154 @@ def test_a_target_no_depth_holds_is_served_by_the_cheapest_depth_near_the_best()
                         lambda: False, [lambda want: want - 1])
     assert got is not None and not got.met
     assert got.ef_search == 64 and got.recall_at_5 == 0.9
+
+
+# ---- the inverted file beside the graph ----------------------------------------------------
+SPREAD = 0.05  # clusters apart: an inverted file holds the target probing a few lists
+
+
+def with_inverted_file(monkeypatch, ivf: str, n: int = 9000, seed: int = 40
+                       ) -> tuple[OneStreamGraph, np.ndarray, np.ndarray, np.ndarray]:
+    """A graph of `n` rows above the (lowered) size that keeps an inverted file beside it,
+    built and calibrated as the background worker does; with 200 queries like its rows
+    (the same clusters, not stored)."""
+    from memory_node.core.vectors import faiss_index
+
+    monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
+    data = clustered(n + 200, seed, SPREAD)
+    vecs, unseen = data[:n], data[n:]
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    idx = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000, scheduler=lambda g: None,
+                         ivf=ivf)
+    idx.add(ids, vecs)
+    while idx.work():
+        pass
+    return idx, ids, vecs, unseen
+
+
+def test_an_inverted_file_that_holds_the_target_serves_and_keeps_up(monkeypatch):
+    """Where the inverted file holds the recall target ("prefer"), unrestricted searches
+    probe it: it keeps its promise on new queries, finds rows added after it was made, and
+    never returns a removed row."""
+    idx, ids, vecs, unseen = with_inverted_file(monkeypatch, "prefer")
+    c = idx.current_calibration()
+    assert c is not None and c.met and c.searched_by == "inverted file"
+    assert c.nprobe is not None and c.nprobe >= 1 and c.search_us is not None
+    assert recall_at_5(idx, ids, vecs, unseen) >= 0.97
+    more = clustered(600, 42, SPREAD)
+    more_ids = np.arange(20001, 20601, dtype=np.int64)
+    idx.add(more_ids, more)
+    while idx.work():
+        pass
+    assert idx.pending == 0 and idx.current_calibration().searched_by == "inverted file"
+    assert all(idx.search(more[i], 1)[0].tolist() == [more_ids[i]] for i in range(0, 600, 7))
+    gone = ids[:3000:3]
+    idx.remove_rows(gone)
+    for q in vecs[:3000:30]:
+        assert not set(idx.search(q, 5)[0].tolist()) & set(gone.tolist())
+
+
+def test_queries_unlike_the_rows_are_held_to_the_target_by_the_inverted_file_too(monkeypatch):
+    """Held-out rows flatter an inverted file as they do a graph (a row sits in a list's
+    cluster; a question may sit between lists): once real queries come, the source chosen
+    holds the target on them too, deeper or by the walk."""
+    idx, ids, vecs, _unseen = with_inverted_file(monkeypatch, "auto")
+
+    def asked(n: int, seed: int) -> np.ndarray:  # between the rows' clusters
+        return clustered(n, seed, SPREAD)
+
+    for q in asked(64, 46):
+        idx.search(q, 5)
+    while idx.work():
+        pass
+    c = idx.current_calibration()
+    assert c is not None and c.real_queries == 64 and c.met
+    assert recall_at_5(idx, ids, vecs, asked(200, 47)) >= 0.97
+
+
+def test_off_keeps_no_inverted_file(monkeypatch):
+    idx, _ids, _vecs, _q = with_inverted_file(monkeypatch, "off")
+    c = idx.current_calibration()
+    assert c is not None and c.searched_by == "graph" and c.nprobe is None
+    assert idx._ivf is None and not idx.needs_work()
+
+
+def test_the_faster_source_that_holds_the_target_serves():
+    """Both hold the target: the one with fewer microseconds a query (measured in the same
+    calibration) serves; one holds it: that one; neither: the higher recall."""
+    from memory_node.core.vectors import calibrate as cal
+
+    def measured(met: bool, r5: float, us: float, nprobe: int | None) -> cal.Calibration:
+        return cal.Calibration(64, 16, r5, r5, 0.99, met, 9000, 300, 0, 1.0,
+                               nprobe=nprobe, search_us=us)
+
+    idx = OneStreamGraph(DIM)
+    walk, ivf = measured(True, 0.995, 300.0, None), measured(True, 0.992, 120.0, 32)
+    assert idx._pick(walk, ivf) is ivf
+    assert idx._pick(walk, measured(True, 0.999, 400.0, 32)) is walk
+    assert idx._pick(walk, measured(False, 0.98, 50.0, 32)) is walk
+    assert idx._pick(measured(False, 0.97, 300.0, None), measured(False, 0.98, 500.0, 32)
+                     ).nprobe == 32
+    prefer = OneStreamGraph(DIM, ivf="prefer")
+    assert prefer._pick(walk, measured(True, 0.992, 900.0, 32)).nprobe == 32
+
+
+def test_the_inverted_file_is_dropped_once_the_walk_wins_on_every_real_query(monkeypatch):
+    """Kept while a measurement may still find it cheaper (held-out rows flatter a graph:
+    real queries can turn the choice), freed for good once the walk wins on the full set of
+    real queries kept."""
+    from memory_node.core.vectors import calibrate as cal
+    from memory_node.core.vectors import faiss_index
+
+    monkeypatch.setattr(faiss_index.GraphIndex, "_pick", lambda self, walk, ivf: walk)
+    idx, _ids, _vecs, _q = with_inverted_file(monkeypatch, "auto")
+    assert idx._ivf is not None  # measured on held-out rows only so far
+    for q in clustered(cal.RECENT_QUERIES, 43, SPREAD):
+        idx.search(q, 5)
+    while idx.work():
+        pass
+    c = idx.current_calibration()
+    assert c is not None and c.real_queries == cal.RECENT_QUERIES and c.searched_by == "graph"
+    assert idx._ivf is None and not idx.needs_work()  # not made again for this graph
+
+
+def test_a_graph_read_from_the_cache_gets_its_inverted_file_again(monkeypatch, tmp_path):
+    """The inverted file is not written with the graph: a graph read back makes it again in
+    the background (its node positions, rows removed since left out) and measures it."""
+    idx, ids, vecs, unseen = with_inverted_file(monkeypatch, "prefer")
+    path = tmp_path / "graph.faiss"
+    assert idx.save_graph(path)
+    again = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000,
+                           scheduler=lambda g: None, ivf="prefer")
+    keep = np.ones(len(ids), bool)
+    keep[::5] = False  # removed while the process was down
+    again.add(ids[keep], vecs[keep])
+    assert again.load_graph(path)
+    assert again._ivf is None and again.needs_work()
+    while again.work():
+        pass
+    c = again.current_calibration()
+    assert c is not None and c.searched_by == "inverted file"
+    for q in vecs[:2000:40]:
+        got = again.search(q, 5)[0]
+        assert not set(got.tolist()) & set(ids[~keep].tolist())
+    assert recall_at_5(again, ids[keep], vecs[keep], unseen) >= 0.97
+
+
+def test_streams_says_which_index_serves(tmp_path, monkeypatch):
+    from memory_node.core.vectors import faiss_index
+
+    monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
+                      hnsw_m=8, hnsw_ef_construction=40)
+    vecs = clustered(7000, 45, 0.4)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(7000)]
+    eng.add_embedded(rows, vecs, "test-clusters-32")
+    assert eng.indexes.wait_for_graphs(120)
+    entry = json.loads(eng.streams())["indexes"][0]
+    graph = eng.indexes.graph("test-clusters-32")
+    c = graph.current_calibration()
+    assert entry["searched_by"] == c.searched_by in ("graph", "inverted file")
+    assert entry.get("nprobe") == c.nprobe
+    assert (entry.get("nprobe") is not None) == (entry["searched_by"] == "inverted file")
+    eng.close()
