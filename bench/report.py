@@ -671,8 +671,9 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
         "brute force over every row (a row tied with the k-th exact score counts). "
         "*memory_node*: `MemoryEngine.search(json)`, JSON in and out, query embedding "
         "excluded (a lookup embedder), after its graph was built and calibrated itself on "
-        "rows held out of it and on 256 real queries asked before the measured ones (efSearch "
-        "and rerank depth it chose, and the recall@5 it measured, in the last column); "
+        "rows held out of it and on 256 real queries asked before the measured ones (what "
+        "it chose to serve, the graph walk's efSearch or its inverted file's lists probed, "
+        "the rerank depth, and the recall@5 it measured, in the last column); "
         "measured before and after the others (the second pass's p50 in the notes). "
         "*FAISS HNSW alone*: `IndexHNSWFlat` on float vectors, no ids, rows or JSON. "
         "*numpy exact*: one matrix-vector product and a partial sort. Everything on one "
@@ -706,12 +707,12 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
                     p2 = row.get("p50_second_pass")
                     c0 = row.get("calibration_at_start") or {}
                     real = row.get("real_queries")
-                    note = (f"efSearch {c.get('ef_search', '–')}, rerank {c.get('rerank', '–')}"
+                    note = (_searched_with(c) + f", rerank {c.get('rerank', '–')}"
                             f", calibrated recall@5 {c.get('recall_at_5', '–')} on "
                             f"{c.get('calibration_queries', '–')} queries"
                             + (f" ({real} of them real, earlier than the measured ones)"
                                if real else " (held-out rows)")
-                            + (f"; before those: efSearch {c0.get('ef_search', '–')}, rerank "
+                            + (f"; before those: {_searched_with(c0)}, rerank "
                                f"{c0.get('rerank', '–')}" if c0 and real else "")
                             + (f"; second pass p50 {p2:.3f} ms" if p2 is not None else ""))
                 elif name == "chroma":
@@ -757,6 +758,14 @@ def _semantic_verdicts(add: Any, r: dict[str, Any]) -> None:
             add(f"- {SET_NAMES.get(vset, vset)}, while the graph is built: p50 {bp:.3f} ms "
                 f"(bar 3 ms): {'met' if bp <= 3.0 else 'NOT met'}, recall@5 "
                 f"{b['recall_at_5']:.3f}.")
+
+
+def _searched_with(c: dict) -> str:
+    """What served unfiltered searches, in a note's words: the graph walk's efSearch, or the
+    inverted file's lists probed (`streams`' "indexes" entry)."""
+    if c.get("searched_by") == "inverted file":
+        return f"inverted file, {c.get('nprobe', '–')} lists probed"
+    return f"efSearch {c.get('ef_search', '–')}"
 
 
 def _searched_by(b: dict[str, Any]) -> str:
