@@ -114,7 +114,12 @@ def test_no_target_no_calibration():
     assert idx.calibration is None and not idx.needs_work()
 
 
-def test_streams_says_what_the_graph_promises(tmp_path):
+def test_streams_says_what_the_graph_promises(tmp_path, monkeypatch):
+    """Its depth, the recall measured, and which index serves: the walk, or the inverted
+    file beside it (kept above COARSE_MIN_ROWS, lowered here) with the lists it probes."""
+    from memory_node.core.vectors import faiss_index
+
+    monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
     eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
                       hnsw_m=8, hnsw_ef_construction=40)
     vecs = clustered(6000, 8, 0.4)
@@ -130,6 +135,10 @@ def test_streams_says_what_the_graph_promises(tmp_path):
     assert entry["target_met"] is True
     assert entry["ef_search"] >= 16 and entry["rerank"] >= 16
     assert entry["calibration_queries"] >= 50 and entry["calibrated_rows"] <= 6000
+    c = eng.indexes.graph("test-clusters-32").current_calibration()
+    assert entry["searched_by"] == c.searched_by in ("graph", "inverted file")
+    assert entry.get("nprobe") == c.nprobe
+    assert (entry.get("nprobe") is not None) == (entry["searched_by"] == "inverted file")
     eng.close()
 
 
@@ -527,21 +536,3 @@ def test_a_graph_read_from_the_cache_gets_its_inverted_file_again(monkeypatch, t
         assert not set(got.tolist()) & set(ids[~keep].tolist())
     assert recall_at_5(again, ids[keep], vecs[keep], unseen) >= 0.97
 
-
-def test_streams_says_which_index_serves(tmp_path, monkeypatch):
-    from memory_node.core.vectors import faiss_index
-
-    monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
-    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
-                      hnsw_m=8, hnsw_ef_construction=40)
-    vecs = clustered(7000, 45, 0.4)
-    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(7000)]
-    eng.add_embedded(rows, vecs, "test-clusters-32")
-    assert eng.indexes.wait_for_graphs(120)
-    entry = json.loads(eng.streams())["indexes"][0]
-    graph = eng.indexes.graph("test-clusters-32")
-    c = graph.current_calibration()
-    assert entry["searched_by"] == c.searched_by in ("graph", "inverted file")
-    assert entry.get("nprobe") == c.nprobe
-    assert (entry.get("nprobe") is not None) == (entry["searched_by"] == "inverted file")
-    eng.close()
