@@ -47,6 +47,24 @@ def isolate_ros_environment(environ: dict[str, str] | None = None) -> dict[str, 
     return values
 
 
+def init_undiscovered(context, args: list[str] | None = None) -> None:
+    """`rclpy.init` of a context whose participant discovers no other (rcl reads the range
+    at init): for tests that only read the parameters a node is given. They create and
+    destroy a context per case in one process, and Fast DDS 2.14 can deadlock destroying a
+    participant while it is discovering another (a CI run hung 20 min in set_listener)."""
+    import rclpy  # noqa: PLC0415 - rclpy is not imported by the helpers' other users
+
+    before = os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE")
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "OFF"
+    try:
+        rclpy.init(args=args, context=context)
+    finally:
+        if before is None:
+            os.environ.pop("ROS_AUTOMATIC_DISCOVERY_RANGE", None)
+        else:
+            os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = before
+
+
 class Process:
     """A spawned process with its output collected by a reader thread."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import rclpy
 import yaml
+from ros_helpers import init_undiscovered
 
 from memory_node.ros.recorder import MemoryRecorder
 from memory_node.ros.server import MemoryServer
@@ -28,7 +29,7 @@ def engine(tmp_path_factory):
 
 def _nodes(engine, args):
     ctx = rclpy.Context()
-    rclpy.init(args=args, context=ctx)
+    init_undiscovered(ctx, args)
     server = MemoryServer(context=ctx)
     recorder = MemoryRecorder(engine=engine, context=ctx)
     return ctx, server, recorder

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import rclpy
 from rclpy.node import Node
+from ros_helpers import init_undiscovered
 
 from memory_node.ros.param_args import command_line_wins, node_name, same_value
 from memory_node.ros.params import names_by_node
@@ -24,7 +25,7 @@ def given(args: list[str], node: str = "memory_recorder", nodes=NODES) -> dict:
     """The parameters rclpy gives `node` (no namespace) for `args` after the rewrite."""
     cmdline = command_line_wins(["prog", "--ros-args", *args], nodes, DECLARED)
     ctx = rclpy.Context()
-    rclpy.init(args=cmdline.args, context=ctx)
+    init_undiscovered(ctx, cmdline.args)
     try:
         n = Node(node, context=ctx)
         try:
