@@ -965,9 +965,7 @@ class _Coarse:
         nprobe, recall = nlist, None
         if len(q):
             for probe in sorted({max(1, nlist // d) for d in (32, 16, 8, 4, 2, 1)}):
-                params = faiss.SearchParametersIVF()
-                params.nprobe = probe
-                _, got = index.search(q, want, params=params)
+                _, got = index.search(q, want, params=_ivf_params(probe))
                 recall = float(np.mean([len(set(g.tolist()) & set(b.tolist())) / 5
                                         for g, b in zip(got, best_at, strict=True)]))
                 if recall >= recall_target:
@@ -998,12 +996,7 @@ class _Coarse:
              at: int) -> None:
         """Add the rows `ids` (of parts `codes`) at positions from `at` on, those their
         parts still hold."""
-        keep = np.zeros(len(ids), bool)
-        vecs = np.zeros((len(ids), self.index.d), np.float32)
-        for c in np.unique(codes[codes >= 0]).tolist():
-            sel = np.nonzero(codes == c)[0]
-            hit, found = parts[c].vectors_of(ids[sel])
-            vecs[sel[hit]], keep[sel[hit]] = found.reshape(-1, self.index.d), True
+        keep, vecs = _gather_rows(parts, ids, codes, self.index.d)
         if keep.any():
             self.add(np.nonzero(keep)[0].astype(np.int64) + at, vecs[keep])
 
@@ -1052,17 +1045,24 @@ def _ivf_params(nprobe: int) -> faiss.SearchParameters:
     return params
 
 
+def _gather_rows(parts: list[ExactIndex], ids: np.ndarray, codes: np.ndarray, dim: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(whether its part still holds it, its vector or zeros) for each of the rows `ids`
+    (of parts `codes`; -1: none), in the order given."""
+    keep = np.zeros(len(ids), bool)
+    vecs = np.zeros((len(ids), dim), np.float32)
+    for c in np.unique(codes[codes >= 0]).tolist():
+        sel = np.nonzero(codes == c)[0]
+        hit, found = parts[c].vectors_of(ids[sel])
+        vecs[sel[hit]], keep[sel[hit]] = found.reshape(-1, dim), True
+    return keep, vecs
+
+
 def _rows_of(parts: list[ExactIndex], ids: np.ndarray, codes: np.ndarray, dim: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids, part codes, vectors) of the rows `ids` (of parts `codes`) that their parts still
     hold, in the order given: the held-out rows as one matrix."""
-    keep = np.zeros(len(ids), bool)
-    vecs = np.zeros((len(ids), dim), np.float32)
-    for c, part in enumerate(parts):
-        sel = np.nonzero(codes == c)[0]
-        if len(sel):
-            hit, found = part.vectors_of(ids[sel])
-            vecs[sel[hit]], keep[sel[hit]] = found.reshape(-1, dim), True
+    keep, vecs = _gather_rows(parts, ids, codes, dim)
     return ids[keep], codes[keep], np.ascontiguousarray(vecs[keep])
 
 
