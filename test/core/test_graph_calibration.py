@@ -536,3 +536,24 @@ def test_a_graph_read_from_the_cache_gets_its_inverted_file_again(monkeypatch, t
         assert not set(got.tolist()) & set(ids[~keep].tolist())
     assert recall_at_5(again, ids[keep], vecs[keep], unseen) >= 0.97
 
+
+
+def test_a_row_back_in_its_part_is_found_though_its_old_node_is_a_tombstone(tmp_path):
+    """A graph read back after a row left its part marks that row's node dead (its vector
+    still read from what the store kept); the row, added again (re-embedded after a damaged
+    vector file, say), waits beside the graph until the background adds it. Until then a
+    search still finds it by its own vector: the dead node with the same id, which the walk
+    finds first, must not hide it."""
+    vecs = clustered(3000, 50, 0.5)
+    ids = np.arange(1, 3001, dtype=np.int64)
+    idx = built(vecs)
+    path = tmp_path / "graph.faiss"
+    assert idx.save_graph(path)
+    again = OneStreamGraph(DIM, m=8, ef_construction=40, min_rows=1000,
+                           scheduler=lambda g: None)  # pending rows stay pending
+    back = 1500
+    again.add(np.delete(ids, back), np.delete(vecs, back, axis=0))
+    assert again.load_graph(path, vectors_of=lambda gone: {i: vecs[i - 1] for i in gone})
+    again.add(ids[back:back + 1], vecs[back:back + 1])
+    assert again.pending == 1
+    assert again.search(vecs[back], 1)[0].tolist() == [ids[back]]

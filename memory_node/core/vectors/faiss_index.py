@@ -745,9 +745,13 @@ class GraphIndex:
                                       params=_hnsw_params(max(ef, want_g)))
         pos = pos[0][pos[0] >= 0]
         # One sort of the candidates (ids once each) and a loop over the parts they are in,
-        # not a mask and a sort per part: a third of this step's time with four parts.
-        cand, first = np.unique(np.concatenate([graph_ids[pos], pending]), return_index=True)
-        cand_codes = np.concatenate([graph_codes[pos], pending_codes])[first]
+        # not a mask and a sort per part: a third of this step's time with four parts. Dead
+        # nodes go first: a row added again is pending under the id of its dead node.
+        cand = np.concatenate([graph_ids[pos], pending])
+        cand_codes = np.concatenate([graph_codes[pos], pending_codes])
+        live = cand_codes >= 0
+        cand, first = np.unique(cand[live], return_index=True)
+        cand_codes = cand_codes[live][first]
         ids_l, scores_l = [], []
         for c in np.unique(cand_codes).tolist():
             if c in codes:
