@@ -285,7 +285,7 @@ def profile_query(eng: Any, raw: str, reps: int = 300) -> dict[str, Any]:
     """Where one semantic-only query's time goes, request text to answer text: each stage of
     `MemoryEngine.search` run on its own, `reps` times (median µs), and the whole call.
     *Fixed* is everything but the graph search: what a query pays whatever the index."""
-    from memory_node.core.contract import SearchAnswer, result_item
+    from memory_node.core.contract import SearchAnswer, result_fields
     from memory_node.core.engine import dumps
     from memory_node.core.vectors import top_k
 
@@ -312,9 +312,10 @@ def profile_query(eng: Any, raw: str, reps: int = 300) -> dict[str, Any]:
         t.append(ns())
         rows = eng.store.get(ids.tolist())
         t.append(ns())
-        results = [result_item(rows[i], float(s)) for i, s in zip(ids.tolist(), vals.tolist(),
-                                                                  strict=True)]
-        ans = SearchAnswer(results=results, count=len(results), notes=notes or None)
+        results = [result_fields(rows[i], float(s))
+                   for i, s in zip(ids.tolist(), vals.tolist(), strict=True)]
+        ans = SearchAnswer.model_validate(
+            {"results": results, "count": len(results), "notes": notes or None})
         ans.took_ms = 0.1
         t.append(ns())
         dumps(ans)

@@ -69,6 +69,7 @@ __all__ = [
     "nearest",
     "pose_out",
     "read_answer",
+    "result_fields",
     "result_item",
     "tool_parameters",
     "validate",
@@ -689,15 +690,18 @@ def pose_out(pose: Pose | None) -> PoseOut:
     return PoseOut() if pose is None else PoseOut(**pose.to_dict())
 
 
+def result_fields(obs: Observation, score: float | None) -> dict[str, Any]:
+    """One search result's fields as plain values (docs/design.md's shape): an answer's
+    results are validated with it in one call, not one model per result."""
+    return {"id": obs.id, "stream": obs.stream, "t": obs.t,
+            "pose": {} if obs.pose is None else obs.pose.to_dict(),
+            "score": None if score is None else round(float(score), 6), "tags": obs.tags,
+            "text": obs.text, "ref": obs.ref, "archived": True if obs.archived else None}
+
+
 def result_item(obs: Observation, score: float | None) -> ResultItem:
-    """One search result (docs/design.md's shape)."""
-    # One validation from plain values (the pose a dict, not a model of its own): a search
-    # makes k of these per answer.
-    return ResultItem.model_validate({
-        "id": obs.id, "stream": obs.stream, "t": obs.t,
-        "pose": {} if obs.pose is None else obs.pose.to_dict(),
-        "score": None if score is None else round(float(score), 6), "tags": obs.tags,
-        "text": obs.text, "ref": obs.ref, "archived": True if obs.archived else None})
+    """One search result as its model."""
+    return ResultItem.model_validate(result_fields(obs, score))
 
 
 A = TypeVar("A", bound=BaseModel)

@@ -555,7 +555,8 @@ class MemoryEngine:
         results = [self._backend.result(row, score) for row, score in pairs]
         if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
-        return SearchAnswer(results=results, count=len(results), notes=notes or None)
+        return SearchAnswer.model_validate(
+            {"results": results, "count": len(results), "notes": notes or None})
 
     def run_search(self, req: SearchPlan) -> tuple[list[tuple[Any, float | None]], list[str]]:
         """A resolved plan's rows (the backend's: an Observation here) and scores, and notes

@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 
-from memory_node.core.contract import ResultItem, result_item
+from memory_node.core.contract import result_fields
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.planner import Nearest, QueryVectors
 from memory_node.core.store.sqlite_store import SqliteObservationStore
@@ -69,8 +70,8 @@ class LocalBackend:
     def tie_key(self, row: Observation) -> int:
         return row.id or 0  # stored rows always have an id
 
-    def result(self, row: Observation, score: float | None) -> ResultItem:
-        return result_item(row, score)
+    def result(self, row: Observation, score: float | None) -> dict[str, Any]:
+        return result_fields(row, score)
 
     def nearest(self, where: RowFilter, qvecs: QueryVectors, k: int,
                 min_score: float | None, notes: list[str]) -> Nearest[Observation]:

@@ -20,7 +20,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from memory_node.core.contract import ResultItem
 from memory_node.core.query import SearchPlan
 from memory_node.core.types import RowFilter
 
@@ -78,8 +77,9 @@ class SearchBackend(Protocol[Row]):
     def tie_key(self, row: Row) -> Hashable:
         """Equal scores break by this, highest first: the robot's own row order."""
 
-    def result(self, row: Row, score: float | None) -> ResultItem:
-        """One row as a search result."""
+    def result(self, row: Row, score: float | None) -> dict[str, Any]:
+        """One row as a search result's fields (the engine validates an answer's results in
+        one call)."""
 
 
 class QueryPlanner(Generic[Row]):
@@ -132,8 +132,3 @@ class QueryPlanner(Generic[Row]):
         rows = self.backend.ordered(where, order_by, k)
         return [(row, None) for row in rows], [note] if note else []
 
-
-def results(backend: SearchBackend[Any], pairs: list[tuple[Any, float | None]]
-            ) -> list[ResultItem]:
-    """The planner's rows as search results."""
-    return [backend.result(row, score) for row, score in pairs]

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 
-from memory_node.core.contract import ResultItem, result_item
+from memory_node.core.contract import result_fields
 from memory_node.core.planner import Nearest, QueryVectors
 from memory_node.core.types import RowFilter
 from memory_node.fleet.store import FleetHit, FleetStore
@@ -82,9 +83,10 @@ class FleetBackend:
     def tie_key(self, row: FleetHit) -> tuple[int, str, str]:
         return (row.local_id, row.robot, row.store_id)
 
-    def result(self, row: FleetHit, score: float | None) -> ResultItem:
-        item = result_item(row.obs, score)
-        item.robot = row.robot
+    def result(self, row: FleetHit, score: float | None) -> dict[str, Any]:
+        fields = result_fields(row.obs, score)
+        fields["robot"] = row.robot
         if row.archived:
-            item.archived = True
-        return ResultItem.model_validate({**item.model_dump(), "map": row.map_id})
+            fields["archived"] = True
+        fields["map"] = row.map_id
+        return fields
