@@ -270,6 +270,10 @@ NoteTags = Annotated[dict[str, Any], AfterValidator(_note_tags)]
 
 # ---- requests -------------------------------------------------------------------------------
 
+VALUES_CHECKED = "values_checked"  # validation context: check_json_values has run
+_CHECKED = {VALUES_CHECKED: True}
+
+
 class Request(BaseModel):
     """A request: unknown fields refused, values held to the limits above, no coercion of
     strings to numbers (ints are accepted where a number is asked for)."""
@@ -281,8 +285,9 @@ class Request(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _limits(cls, data: Any) -> Any:
-        if isinstance(data, dict):
+    def _limits(cls, data: Any, info: ValidationInfo) -> Any:
+        # A request parsed from JSON text had every value checked as it was read.
+        if isinstance(data, dict) and not (info.context or {}).get(VALUES_CHECKED):
             try:
                 check_json_values(data, cls.what)
             except BadRequest as exc:
@@ -791,11 +796,14 @@ def explain(exc: ValidationError, model: type[BaseModel]) -> str:
     return "; ".join(messages) or f"invalid {what}"
 
 
-def validate(model: type[Request], data: Any) -> Any:
-    """`model(**data)`, a mistake raised as BadRequest in words (see `explain`)."""
+def validate(model: type[Request], data: Any, values_checked: bool = False) -> Any:
+    """`model(**data)`, a mistake raised as BadRequest in words (see `explain`);
+    `values_checked`: `check_json_values` has passed `data` already (the JSON reader's)."""
     if not isinstance(data, dict):
         raise BadRequest(f"the {model.what} must be a JSON object, got {_json_kind(data)}")
     try:
+        if values_checked:
+            return model.model_validate(data, context=_CHECKED)
         return model.model_validate(data)
     except ValidationError as exc:
         raise BadRequest(explain(exc, model)) from None

@@ -171,7 +171,7 @@ def read_search(raw: Any, *, max_bytes: int) -> SearchQuery:
             raise BadRequest("empty search query: send text, or a JSON object such as "
                              '{"stream": "camera", "k": 5}')
         return SearchQuery(semantic_query=body)
-    return validate(SearchQuery, body)
+    return validate(SearchQuery, body, values_checked=True)  # loads_strict checked them
 
 
 def read_save(raw: Any, *, max_bytes: int) -> SaveNote:
@@ -181,7 +181,7 @@ def read_save(raw: Any, *, max_bytes: int) -> SaveNote:
         if not body:
             raise BadRequest("empty note: nothing to remember")
         return SaveNote(note=body)
-    return validate(SaveNote, body)
+    return validate(SaveNote, body, values_checked=True)
 
 
 def plan_search(q: SearchQuery, *, now: float | Callable[[], float],
