@@ -70,7 +70,6 @@ __all__ = [
     "pose_out",
     "read_answer",
     "result_fields",
-    "result_item",
     "tool_parameters",
     "validate",
 ]
@@ -702,11 +701,6 @@ def result_fields(obs: Observation, score: float | None) -> dict[str, Any]:
             "pose": {} if obs.pose is None else obs.pose.to_dict(),
             "score": None if score is None else round(float(score), 6), "tags": obs.tags,
             "text": obs.text, "ref": obs.ref, "archived": True if obs.archived else None}
-
-
-def result_item(obs: Observation, score: float | None) -> ResultItem:
-    """One search result as its model."""
-    return ResultItem.model_validate(result_fields(obs, score))
 
 
 A = TypeVar("A", bound=BaseModel)

@@ -537,7 +537,6 @@ def test_a_graph_read_from_the_cache_gets_its_inverted_file_again(monkeypatch, t
     assert recall_at_5(again, ids[keep], vecs[keep], unseen) >= 0.97
 
 
-
 def test_a_row_back_in_its_part_is_found_though_its_old_node_is_a_tombstone(tmp_path):
     """A graph read back after a row left its part marks that row's node dead (its vector
     still read from what the store kept); the row, added again (re-embedded after a damaged
