@@ -57,6 +57,11 @@ class Freshness:
     delay seen lately: a listener that falls behind /tf shows as age (its samples arrive ever
     later than stamped), while a publisher whose stamps run on another clock (a skewed RTC, a
     simulator's header time) does not make every pose stale.
+
+    `queued_s`, when the middleware says when it received a sample, is how long the sample then
+    waited for our callback: taken off the delay, so the offset is the transport's and the
+    clocks' only, and a listener whose queue was already behind at its first sample (a busy
+    host from the start) shows that wait as age instead of learning it as an offset.
     """
 
     WINDOW_S = 30.0
@@ -66,11 +71,11 @@ class Freshness:
         # key -> [latest stamp, offset of this window, offset of the last window, window start]
         self._seen: dict[str, list[float]] = {}
 
-    def seen(self, key: str, stamp: float, now: float) -> None:
+    def seen(self, key: str, stamp: float, now: float, queued_s: float = 0.0) -> None:
         if now <= 0.0:  # use_sim_time before the first /clock: a delay of -stamp, not one
             return
         entry = self._seen.get(key)
-        delay = now - stamp
+        delay = now - stamp - queued_s  # when it reached us, not when we read it
         if -self.JITTER_S < delay < 0.0:
             # A transform stamped a moment ahead of our clock (a /clock that updates at 50 Hz
             # under simulated time, NTP jitter) is on time, not a clock offset: taken as the
@@ -93,6 +98,31 @@ class Freshness:
 
     def clear(self) -> None:
         self._seen.clear()
+
+
+class ClockRate:
+    """Node-clock seconds per wall-clock second, measured over spans of at least `SPAN_S` of
+    wall time: what turns a wait measured on the wall clock into node-clock time (2 while a
+    replay plays at 2x under simulated time, 0 while it pauses, 1 on a robot)."""
+
+    SPAN_S = 1.0
+    MAX_RATE = 1000.0
+
+    def __init__(self) -> None:
+        self.rate = 1.0
+        self._ref: tuple[float, float] | None = None  # (wall, node) at the span's start
+
+    def update(self, wall: float, node: float) -> float:
+        """The rate after a reading of both clocks (the last measured one until a span ends)."""
+        if node <= 0.0:  # use_sim_time before the first /clock
+            return self.rate
+        ref = self._ref
+        if ref is None or node < ref[1] or wall < ref[0]:  # first reading, or a jump back
+            self._ref = (wall, node)
+        elif wall - ref[0] >= self.SPAN_S:
+            self.rate = min(self.MAX_RATE, (node - ref[1]) / (wall - ref[0]))
+            self._ref = (wall, node)
+        return self.rate
 
 
 class PoseHistory:
@@ -163,9 +193,11 @@ class PoseHistory:
                 out.append(edge)
         return out
 
-    def on_tf(self, data: bytes | Iterable[Any], is_static: bool = False) -> None:
+    def on_tf(self, data: bytes | Iterable[Any], is_static: bool = False,
+              queued_s: float = 0.0) -> None:
         """A /tf (or, `is_static`, /tf_static) message: its serialized bytes or its
-        transforms (objects with header, child_frame_id and transform)."""
+        transforms (objects with header, child_frame_id and transform); `queued_s`, how long
+        it waited between the middleware receiving it and this call, on the node clock."""
         if is_static:
             self.on_tf_static(data)
             return
@@ -189,7 +221,7 @@ class PoseHistory:
             if self.buffer.set_edge(e.parent, e.child, e.stamp, e.translation, e.rotation,
                                     "/tf", False):
                 self.tf_edges += 1
-                self._fresh.seen(e.child, e.stamp, now)
+                self._fresh.seen(e.child, e.stamp, now, queued_s)
                 if self.latest_tf_stamp is None or e.stamp > self.latest_tf_stamp:
                     self.latest_tf_stamp = e.stamp
 
@@ -355,10 +387,13 @@ class PoseHistory:
         except TransformError:
             return None
 
-    def current_pose(self) -> Pose | None:
-        """The pose at the clock's now: TF at its latest time, else the latest odometry; with
-        `age_s`, the age of the newest sample it used, and `stale` past max_pose_age_s."""
-        now = self.clock()
+    def current_pose(self, now: float | None = None) -> Pose | None:
+        """The pose at `now` (default the clock's): TF at its latest time, else the latest
+        odometry; with `age_s`, the age at `now` of the newest sample it used, and `stale` past
+        max_pose_age_s. A caller on another node passes its own now: under simulated time each
+        node steps its clock from /clock on its own executor, and a listener whose thread is
+        held up has a clock as old as its newest /tf, so by its clock an old pose looks new."""
+        now = self.clock() if now is None else now
         pose = self.tf_pose_at(None)
         if pose is not None and not self._chain_moves() and self.odom_at(None) is not None:
             pose = None  # static transforms only: odometry says where the robot is

@@ -9,9 +9,10 @@ from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
 
 from memory_node.core.config import MemoryConfig
-from memory_node.core.pose_history import PoseHistory
+from memory_node.core.pose_history import ClockRate, PoseHistory
 from memory_node.core.recorder_settings import with_robot_prefix
 from memory_node.ros import params
 
@@ -19,6 +20,11 @@ from memory_node.ros import params
 # lost /tf samples are gaps in the pose history.
 TF_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                     durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
+# Whether rclpy hands a two-argument callback the message's MessageInfo, with the time the
+# middleware received it (rclpy from Iron on; Humble's calls every callback with the message).
+MESSAGE_INFO = hasattr(Subscription, "CallbackType")
+# A receipt time further back than this is not a queue wait (a middleware that leaves it 0).
+MAX_QUEUE_WAIT_S = 600.0
 # Transient local like every /tf_static publisher; depth 100 as tf2's static listener, so
 # several latched broadcasters arriving at once are all kept (a depth-1 reader can drop some).
 TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
@@ -111,11 +117,28 @@ class PoseTracker(PoseHistory):
                          cache_s=cache_s, max_gap_s=max_gap_s, max_pose_age_s=max_pose_age_s,
                          keep_frames=keep_frames, logger=node.get_logger())
         self.node = node
+        self._rate = ClockRate()
         # raw=True: the callback gets the CDR bytes, read by tf_wire (no message objects).
-        node.create_subscription(TFMessage, "/tf", self.on_tf, TF_QOS,
+        node.create_subscription(TFMessage, "/tf",
+                                 self._on_tf_received if MESSAGE_INFO else self.on_tf, TF_QOS,
                                  callback_group=callback_group, raw=True)
         node.create_subscription(TFMessage, "/tf_static", self.on_tf_static, TF_STATIC_QOS,
                                  callback_group=callback_group, raw=True)
         if odom_topic:
             node.create_subscription(Odometry, odom_topic, self.on_odom, 20,
                                      callback_group=callback_group)
+
+    def _on_tf_received(self, data: bytes, info: Any) -> None:
+        self.on_tf(data, queued_s=self.queue_wait(info))
+
+    def queue_wait(self, info: Any) -> float:
+        """How long a message waited between the middleware receiving it and its callback, in
+        node-clock seconds (0 when the middleware gives no receipt time). A /tf queue that is
+        behind from the first message on would otherwise read as a clock offset, not as age."""
+        wall = time.time()
+        rate = self._rate.update(wall, self.clock())
+        received = info.get("received_timestamp") if isinstance(info, dict) else None
+        if not isinstance(received, int) or received <= 0:
+            return 0.0
+        wait = wall - received * 1e-9
+        return wait * rate if 0.0 < wait < MAX_QUEUE_WAIT_S else 0.0

@@ -140,7 +140,10 @@ class MemoryServer(LifecycleNode):
                            robot_id=p["robot_id"] or None, map_id=p["map_id"] or None, **kwargs)
 
     def current_pose(self) -> Any:
-        return self.poses.current_pose()
+        """The listener's newest pose, aged on this node's clock: the clock the engine stamps
+        notes with (under simulated time the listener's own clock can trail it)."""
+        now = node_now(self)
+        return self.poses.current_pose(now if now > 0.0 else None)
 
     def engine_clock(self) -> float:
         """The node clock for the engine. Under use_sim_time it reads 0 until the first

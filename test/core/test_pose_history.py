@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from memory_node.core.pose_history import PoseHistory
+from memory_node.core.pose_history import ClockRate, Freshness, PoseHistory
 
 T0 = 1_764_460_800.0
 
@@ -121,3 +121,31 @@ def test_a_looping_bag_read_before_its_clock_jump_keeps_its_first_poses(history)
     said = [m for m in history.logged.warnings() if "time jumped back" in m]
     assert said == ["time jumped back: TF buffer cleared, keeping the 16 transform(s) of the "
                     "new timeline read before its clock"]
+
+
+def test_a_queue_already_behind_at_its_first_sample_shows_as_age():
+    """A busy host whose /tf queue is 0.8 s behind from the first sample on: with the wait the
+    middleware measured, that is age (a stale pose), not a clock offset learnt once and
+    subtracted from every later age; a publisher on another clock, read at once, is not."""
+    t0 = 1000.0
+    behind, skewed = Freshness(), Freshness()
+    for i in range(40):  # 2 s of 20 Hz samples
+        now = t0 + 0.05 * i
+        behind.seen("base_link", now - 0.8, now, queued_s=0.8)
+        skewed.seen("base_link", now - 100.0, now)  # stamps 100 s behind ours, no queue wait
+    now = t0 + 0.05 * 39
+    assert behind.age("base_link", now) == pytest.approx(0.8)
+    assert skewed.age("base_link", now) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_clock_rate_reads_a_replays_speed_and_starts_over_after_a_jump_back():
+    rate = ClockRate()
+    assert rate.update(10.0, 0.0) == 1.0  # no /clock yet: the wall clock's own rate
+    for i in range(31):  # 3 s of wall time, a replay at 2x under simulated time
+        rate.update(10.0 + 0.1 * i, 500.0 + 0.2 * i)
+    assert rate.rate == pytest.approx(2.0)
+    rate.update(13.1, 100.0)  # the replay looped: the span starts again, the rate is kept
+    assert rate.rate == pytest.approx(2.0)
+    for i in range(1, 12):  # then paused
+        rate.update(13.1 + 0.1 * i, 100.0)
+    assert rate.rate == pytest.approx(0.0)

@@ -207,3 +207,81 @@ def test_a_transform_stamped_just_ahead_of_the_clock_adds_no_age():
     for i in range(1, 40):  # then steady 20 Hz samples, each received when stamped
         fresh.seen("base_link", t0 + 0.05 * i, t0 + 0.05 * i)
     assert fresh.age("base_link", t0 + 0.05 * 39) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_tf_that_waited_in_a_busy_listeners_queue_shows_its_wait_as_age():
+    """A listener that is behind from its very first /tf message (a process busy from the
+    start) used to learn that wait as a clock offset and report an old pose as fresh: the
+    middleware's receipt time now shows the wait as age, and the pose is stale."""
+    import time
+
+    from rclpy.executors import SingleThreadedExecutor
+    from tf2_msgs.msg import TFMessage
+
+    from memory_node.ros.common import MESSAGE_INFO
+
+    assert MESSAGE_INFO  # every rclpy the tests run on (Kilted, Jazzy) passes MessageInfo
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("test_pose_tracker_queue", context=ctx)
+    robot = rclpy.create_node("test_pose_tracker_robot", context=ctx)
+    executor = SingleThreadedExecutor(context=ctx)
+    try:
+        tracker = PoseTracker(node, "map", "base_link", None)
+        executor.add_node(node)
+        pub = robot.create_publisher(TFMessage, "/tf", 100)
+        deadline = time.monotonic() + 10.0
+        while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for i in range(8):  # 0.8 s of /tf at 10 Hz, stamped when sent, none read yet
+            ts = _map_odom(1.0 + i, 0.0, time.time())
+            ts.child_frame_id = "base_link"
+            pub.publish(TFMessage(transforms=[ts]))
+            time.sleep(0.1)
+        executor.spin_once(timeout_sec=5.0)  # the listener reads its first, 0.8 s old
+        pose = tracker.current_pose()
+        assert pose is not None and pose.x == pytest.approx(1.0), pose
+        assert pose.stale and 0.6 < pose.age_s < 5.0, pose
+        for _ in range(7):  # then catches up: the newest is fresh again
+            executor.spin_once(timeout_sec=5.0)
+        assert tracker.tf_messages == 8
+        pose = tracker.current_pose()
+        assert pose.x == pytest.approx(8.0) and not pose.stale, pose
+    finally:
+        executor.shutdown()
+        robot.destroy_node()
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_the_server_ages_poses_on_its_own_clock_not_on_a_held_up_listeners():
+    """Under simulated time each node steps its clock from /clock on its own executor: when
+    the TF listener's thread is held up, its clock stops with its newest /tf, and by that clock
+    an old pose looks new. The server stamps notes on its own clock and ages poses on it too."""
+    from rclpy.parameter import Parameter
+    from rclpy.time import Time
+
+    from memory_node.ros.server import MemoryServer
+
+    sim = [Parameter("use_sim_time", Parameter.Type.BOOL, True)]
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    listener = rclpy.create_node("test_listener_held_up", context=ctx, parameter_overrides=sim)
+    server = None
+    try:
+        tracker = PoseTracker(listener, "map", "base_link", None)
+        server = MemoryServer(context=ctx, poses=tracker, parameter_overrides=sim,
+                              advertise=False)
+        t0 = T_NOW
+        listener.get_clock().set_ros_time_override(Time(nanoseconds=int(t0 * 1e9)))
+        tracker.on_tf(_tf_bytes(("map", "base_link", 1.0, t0)))
+        server.get_clock().set_ros_time_override(Time(nanoseconds=int((t0 + 0.8) * 1e9)))
+        assert not tracker.current_pose().stale  # by the listener's stopped clock: new
+        pose = server.current_pose()
+        assert pose.x == pytest.approx(1.0)
+        assert pose.stale and pose.age_s == pytest.approx(0.8, abs=1e-6), pose
+    finally:
+        if server is not None:
+            server.destroy_node()
+        listener.destroy_node()
+        rclpy.shutdown(context=ctx)
