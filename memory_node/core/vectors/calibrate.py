@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -49,6 +50,41 @@ UNMET_SLACK = 0.002
 GROWTH = 0.25  # re-calibrate once the graph holds this share more live rows
 BATCH = 8  # queries per graph search while holding the graph lock (a few ms)
 K5, K10 = 5, 10
+
+
+class RecentQueries:
+    """The last `maxlen` distinct real queries, oldest first. A question asked again is kept
+    once: an agent that repeats one question (a patrol's "anything new at the door?") would
+    otherwise fill the sample with copies of it, and the real queries' group would measure
+    that one question (seen: 256 copies of one caption query let the held-out rows alone set
+    efSearch 24, recall@5 0.963 on other questions where 0.99 was promised)."""
+
+    def __init__(self, maxlen: int = RECENT_QUERIES):
+        self._queries: deque[np.ndarray] = deque()
+        self._keys: deque[bytes] = deque()
+        self._held: set[bytes] = set()
+        self.maxlen = maxlen
+
+    def append(self, query: np.ndarray) -> None:
+        key = query.tobytes()  # the same text embeds to the same vector, byte for byte
+        if key in self._held:
+            return
+        if len(self._queries) >= self.maxlen:
+            self._queries.popleft()
+            self._held.discard(self._keys.popleft())
+        self._queries.append(query)
+        self._keys.append(key)
+        self._held.add(key)
+
+    def extend(self, queries: Iterable[np.ndarray]) -> None:
+        for q in queries:
+            self.append(q)
+
+    def __len__(self) -> int:
+        return len(self._queries)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter(self._queries)
 
 
 @dataclass(frozen=True)

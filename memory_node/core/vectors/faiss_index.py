@@ -14,7 +14,6 @@ import functools
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,7 +103,7 @@ class GraphIndex:
         self.recall_target = float(recall_target)
         self.ivf_mode = ivf
         self.calibration: cal.Calibration | None = None
-        self._recent: deque[np.ndarray] = deque(maxlen=cal.RECENT_QUERIES)  # real queries
+        self._recent = cal.RecentQueries(cal.RECENT_QUERIES)  # distinct real queries
         self._serial = 0  # graphs adopted (a calibration holds for the graph it measured)
         self.parts: dict[str, ExactIndex] = {}
         self._names: list[str] = []  # part code -> part name
