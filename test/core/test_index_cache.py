@@ -56,6 +56,9 @@ def clean_store(tmp_path_factory):
         pose.pose = Pose(i * 0.5, 0.0)
         eng.save(TEXTS[i])
         eng.add_observation("camera", clock.t, pose.pose, {}, CAMERA[i])
+    # Each cache with its graph built over all its rows: on a loaded host a close can come
+    # before the background build, and the two caches' graphs were then the same file.
+    assert eng.indexes.wait_for_graphs(60)
     eng.close()
     older = root.parent / "older-index"
     shutil.copytree(root / "index", older)
@@ -66,6 +69,7 @@ def clean_store(tmp_path_factory):
         eng.save(TEXTS[i])
         eng.add_observation("camera", clock.t, pose.pose, {}, CAMERA[i])
     want = _answers(eng)
+    assert eng.indexes.wait_for_graphs(60)
     eng.close()
     return root, clock, older, want
 
