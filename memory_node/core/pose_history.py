@@ -156,6 +156,7 @@ class PoseHistory:
         self.tf_malformed = 0
         self.latest_tf_stamp: float | None = None  # newest stamp on /tf (its timeline)
         self._fresh = Freshness()
+        self._rate = ClockRate()  # node-clock seconds per wall second, for queue waits
         self._odom: deque[Pose] = deque(maxlen=ODOM_HISTORY)
         self._odom_t: deque[float] = deque(maxlen=ODOM_HISTORY)  # stamps of those, ascending
         self.odom_max_gap_s = max_gap_s
@@ -194,10 +195,11 @@ class PoseHistory:
         return out
 
     def on_tf(self, data: bytes | Iterable[Any], is_static: bool = False,
-              queued_s: float = 0.0) -> None:
+              queued_wall_s: float = 0.0) -> None:
         """A /tf (or, `is_static`, /tf_static) message: its serialized bytes or its
-        transforms (objects with header, child_frame_id and transform); `queued_s`, how long
-        it waited between the middleware receiving it and this call, on the node clock."""
+        transforms (objects with header, child_frame_id and transform); `queued_wall_s`, how
+        long it waited between the middleware receiving it and this call, in wall seconds
+        (turned into node-clock time at the rate the two clocks run at)."""
         if is_static:
             self.on_tf_static(data)
             return
@@ -205,6 +207,8 @@ class PoseHistory:
         if self.first_tf_wall is None:
             self.first_tf_wall = self.last_tf_wall
         now = self.clock()
+        queued_s = (queued_wall_s * self._rate.update(self.last_tf_wall, now)
+                    if queued_wall_s > 0.0 else 0.0)
         if self.buffer.on_time(now):
             self._fresh.clear()
             self.latest_tf_stamp = self.buffer.newest_stamp()

@@ -12,7 +12,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.subscription import Subscription
 
 from memory_node.core.config import MemoryConfig
-from memory_node.core.pose_history import ClockRate, PoseHistory
+from memory_node.core.pose_history import PoseHistory
 from memory_node.core.recorder_settings import with_robot_prefix
 from memory_node.ros import params
 
@@ -117,7 +117,6 @@ class PoseTracker(PoseHistory):
                          cache_s=cache_s, max_gap_s=max_gap_s, max_pose_age_s=max_pose_age_s,
                          keep_frames=keep_frames, logger=node.get_logger())
         self.node = node
-        self._rate = ClockRate()
         # raw=True: the callback gets the CDR bytes, read by tf_wire (no message objects).
         node.create_subscription(TFMessage, "/tf",
                                  self._on_tf_received if MESSAGE_INFO else self.on_tf, TF_QOS,
@@ -129,16 +128,15 @@ class PoseTracker(PoseHistory):
                                      callback_group=callback_group)
 
     def _on_tf_received(self, data: bytes, info: Any) -> None:
-        self.on_tf(data, queued_s=self.queue_wait(info))
+        self.on_tf(data, queued_wall_s=self.queue_wait(info))
 
-    def queue_wait(self, info: Any) -> float:
+    @staticmethod
+    def queue_wait(info: Any) -> float:
         """How long a message waited between the middleware receiving it and its callback, in
-        node-clock seconds (0 when the middleware gives no receipt time). A /tf queue that is
-        behind from the first message on would otherwise read as a clock offset, not as age."""
-        wall = time.time()
-        rate = self._rate.update(wall, self.clock())
+        wall seconds (0 when the middleware gives no receipt time). A /tf queue that is behind
+        from the first message on would otherwise read as a clock offset, not as age."""
         received = info.get("received_timestamp") if isinstance(info, dict) else None
         if not isinstance(received, int) or received <= 0:
             return 0.0
-        wait = wall - received * 1e-9
-        return wait * rate if 0.0 < wait < MAX_QUEUE_WAIT_S else 0.0
+        wait = time.time() - received * 1e-9  # the middleware stamps on the system clock
+        return wait if 0.0 < wait < MAX_QUEUE_WAIT_S else 0.0

@@ -149,3 +149,19 @@ def test_clock_rate_reads_a_replays_speed_and_starts_over_after_a_jump_back():
     for i in range(1, 12):  # then paused
         rate.update(13.1 + 0.1 * i, 100.0)
     assert rate.rate == pytest.approx(0.0)
+
+
+def test_a_queue_wait_in_wall_seconds_counts_at_the_clocks_rate(history):
+    """A replay at 2x under simulated time: a /tf message that waited 0.4 wall seconds in the
+    listener's queue is 0.8 s of node-clock age."""
+    box = history.clock_box
+    wall = {"t": 100.0}
+    history.wall = lambda: wall["t"]
+    for i in range(40):  # 2 s of wall time, 4 s of node clock; each message waited 0.4 s
+        wall["t"] += 0.05
+        box.now += 0.1
+        history.on_tf([tf("map", "base_link", box.now - 0.8, x=float(i))],
+                      queued_wall_s=0.4)
+    pose = history.current_pose()
+    assert pose.x == pytest.approx(39.0)
+    assert pose.stale and pose.age_s == pytest.approx(0.8), pose
