@@ -22,8 +22,8 @@ graph lock for a few queries at a time, so no search waits long.
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -60,21 +60,20 @@ class RecentQueries:
     efSearch 24, recall@5 0.963 on other questions where 0.99 was promised)."""
 
     def __init__(self, maxlen: int = RECENT_QUERIES):
-        self._queries: deque[np.ndarray] = deque()
-        self._keys: deque[bytes] = deque()
-        self._held: set[bytes] = set()
+        # Keyed by the vector's bytes (the same text embeds to the same vector, byte for
+        # byte), in the order first asked: a dict keeps it.
+        self._queries: dict[bytes, np.ndarray] = {}
         self.maxlen = maxlen
+        self._lock = threading.Lock()  # searches on several threads append at once
 
     def append(self, query: np.ndarray) -> None:
-        key = query.tobytes()  # the same text embeds to the same vector, byte for byte
-        if key in self._held:
-            return
-        if len(self._queries) >= self.maxlen:
-            self._queries.popleft()
-            self._held.discard(self._keys.popleft())
-        self._queries.append(query)
-        self._keys.append(key)
-        self._held.add(key)
+        key = query.tobytes()
+        with self._lock:
+            if key in self._queries:
+                return
+            if len(self._queries) >= self.maxlen:
+                del self._queries[next(iter(self._queries))]  # the oldest
+            self._queries[key] = query
 
     def extend(self, queries: Iterable[np.ndarray]) -> None:
         for q in queries:
@@ -84,7 +83,8 @@ class RecentQueries:
         return len(self._queries)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        return iter(self._queries)
+        with self._lock:  # a copy: appends may come while the caller reads
+            return iter(list(self._queries.values()))
 
 
 @dataclass(frozen=True)
