@@ -56,9 +56,10 @@ class MemoryConfig:
     # streams, once the model holds at least this many vectors; a `stream` restriction uses it
     # when those streams hold this many and a fifth of the graph, else scans them exactly
     # (efSearch grows with the graph: 1.5x above 50k vectors, 2.5x above 150k, 3x above
-    # 500k). Storage "sq8": 8-bit codes in the graph, its best hnsw_rerank candidates
-    # re-scored with the float vectors; "flat": float copies. Each graph calibrates itself in
-    # the background (once built, again after growing by a quarter): it keeps the smallest
+    # 500k). Storage "sq8": 8-bit codes in the graph (one value range for every dimension),
+    # its best hnsw_rerank candidates re-scored with the float vectors; "flat": float copies.
+    # Each graph calibrates itself in the background (once built, again after growing by a
+    # quarter): it keeps the smallest
     # efSearch and rerank depth whose recall@5, measured against exact search on rows held
     # out of it and recent queries, holds hnsw_recall_target (0: no calibration). Until then,
     # and for searches within some streams, the grown hnsw_ef_search and hnsw_rerank serve.

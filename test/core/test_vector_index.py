@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -204,6 +205,24 @@ def test_saved_graph_reused_only_with_the_same_settings(storage, tmp_path):
     assert _search(other_storage, q, 5)[0].tolist() == want[0].tolist()
     assert other_storage.builds == 1
     assert not _graph(ids, vecs, storage).load_graph(tmp_path / "missing.hnsw")
+
+
+def test_a_graph_saved_with_per_dimension_ranges_is_rebuilt(tmp_path):
+    """Earlier releases' 8-bit codes kept a value range per dimension: such a cache is not
+    adopted (its codes would be decoded with the wrong ranges) but rebuilt."""
+    rng = np.random.default_rng(12)
+    ids = np.arange(400, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    old = faiss.IndexHNSWSQ(DIM, faiss.ScalarQuantizer.QT_8bit, 48, faiss.METRIC_INNER_PRODUCT)
+    old.hnsw.efConstruction = 200
+    old.train(vecs)
+    old.add(vecs)
+    faiss.write_index(old, str(tmp_path / "old.hnsw"))  # with its codes, as it was saved then
+    np.save(tmp_path / "old.graph_ids.npy", ids)
+    graph = _graph(ids, vecs, "sq8")
+    assert not graph.load_graph(tmp_path / "old.hnsw")
+    got, scores = _search(graph, vecs[7], 5)
+    assert got[0] == 7 and graph.builds == 1
 
 
 def test_eight_bit_graph_scores_are_exact_after_rescoring():
