@@ -19,9 +19,9 @@ class ConfigError(ValueError):
     """A configuration value is missing, of the wrong type or out of range."""
 
 
-# Settings that take one of a few words, and those words.
-_CHOICES = {"hnsw_storage": ("sq8", "flat"), "hnsw_ivf": ("auto", "prefer", "off"),
-            "compact_clock": ("store", "clock")}
+# Settings that take one of a few values, and those values.
+_CHOICES = {"hnsw_storage": ("sq8", "flat"), "hnsw_halves": (1, 2),
+            "hnsw_ivf": ("auto", "prefer", "off"), "compact_clock": ("store", "clock")}
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,9 @@ class MemoryConfig:
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
     hnsw_storage: str = "sq8"
+    # 2: each graph is two halves over alternate vectors, walked at once on two cores (a
+    # machine with one core gets one graph); 1: one graph.
+    hnsw_halves: int = 2
     hnsw_rerank: int = 40
     hnsw_recall_target: float = 0.99
     index_persist_interval_s: float = 300.0

@@ -116,7 +116,7 @@ class IndexManager:
                 dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                 ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows, storage=c.hnsw_storage,
                 rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule,
-                recall_target=c.hnsw_recall_target, ivf=c.hnsw_ivf)
+                recall_target=c.hnsw_recall_target, ivf=c.hnsw_ivf, halves=c.hnsw_halves)
         return graph
 
     def _attach(self, indexes: dict[Key, ExactIndex]) -> dict[str, GraphIndex]:

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from memory_node.core.vectors import ExactIndex, top_k
-from memory_node.core.vectors.faiss_index import GraphIndex
+from memory_node.core.vectors.faiss_index import GraphIndex, _halves_of
 
 DIM = 16
-# The graph's two storages: 8-bit codes re-scored with the float vectors, or float copies.
-STORAGES = ["sq8", "flat"]
+# The graph's two storages: 8-bit codes re-scored with the float vectors, or float copies,
+# each as two halves walked at once (the default); "/1": one graph.
+STORAGES = ["sq8", "flat", "sq8/1"]
 
 
 def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -36,7 +37,9 @@ def _exact(ids: np.ndarray, vecs: np.ndarray) -> ExactIndex:
 def _graph(ids: np.ndarray, vecs: np.ndarray, storage: str = "sq8", **options) -> GraphIndex:
     """A graph over one stream ("camera") holding `vecs` under `ids`; a tiny `min_rows` so the
     graph is really built and walked (inline, as no scheduler is given)."""
-    settings = {"min_rows": 50, "ef_search": 256, "storage": storage, **options}
+    storage, _, halves = storage.partition("/")
+    settings = {"min_rows": 50, "ef_search": 256, "storage": storage,
+                "halves": int(halves or 2), **options}
     graph = GraphIndex(DIM, **settings)
     graph.attach("camera", _exact(ids, vecs))
     return graph
@@ -225,6 +228,33 @@ def test_a_graph_saved_with_per_dimension_ranges_is_rebuilt(tmp_path):
     assert got[0] == 7 and graph.builds == 1
 
 
+@pytest.mark.parametrize("halves", [1, 2])
+def test_rows_added_one_by_one_are_found_at_their_nodes(halves):
+    """Rows added to a built graph a few at a time (odd counts: each half's next node
+    alternates) are found under their own ids: a node's position maps to the right half, and
+    removed rows stay out of answers."""
+    rng = np.random.default_rng(13)
+    ids = np.arange(1000, dtype=np.int64)
+    vecs = _unit(rng, 1600)
+    graph = _graph(ids, vecs[:1000], "sq8", halves=halves)
+    assert _search(graph, vecs[5], 1)[0][0] == 5  # built over the first 1000
+    at = 1000
+    for n in (1, 3, 2, 5, 1, 7, 581):
+        new = np.arange(at, at + n, dtype=np.int64)
+        graph.add_rows("camera", new, vecs[at:at + n])
+        at += n
+        assert _search(graph, vecs[at - 1], 1)[0][0] == at - 1  # added inside the search
+    assert graph.builds == 1 and graph.pending == 0
+    sizes = [h.ntotal for h in _halves(graph)]  # node p is node p // 2 of half p % 2
+    assert len(sizes) == halves and sum(sizes) == graph.nodes and max(sizes) - min(sizes) <= 1
+    for i in (0, 999, 1000, 1001, 1003, 1004, 1599, *rng.integers(0, 1600, 40).tolist()):
+        got, scores = _search(graph, vecs[i], 1)
+        assert got[0] == i, f"row {i}"
+        np.testing.assert_allclose(scores[0], 1.0, rtol=1e-5)
+    graph.remove_rows(np.array([1001, 1004]))
+    assert {1001, 1004}.isdisjoint(_search(graph, vecs[1001], 10)[0].tolist())
+
+
 def test_eight_bit_graph_scores_are_exact_after_rescoring():
     rng = np.random.default_rng(5)
     ids = np.arange(3000, dtype=np.int64)
@@ -389,11 +419,18 @@ def test_one_graph_over_several_streams(tmp_path):
     assert recall(["camera"]) >= 0.95 and recall(["lidar", "events"]) >= 0.95
 
 
-def _codes(graph) -> np.ndarray:
-    import faiss
+def _halves(graph) -> tuple:
+    """The faiss graphs behind a GraphIndex (two halves by default)."""
+    return _halves_of(graph._hnsw)  # noqa: SLF001 - the bytes compared
 
-    storage = faiss.downcast_index(graph._hnsw.storage)  # noqa: SLF001 - the bytes compared
-    return faiss.vector_to_array(storage.codes).reshape(storage.ntotal, -1)
+
+def _codes(graph) -> list[np.ndarray]:
+    """Each half's node codes, node for node."""
+    out = []
+    for half in _halves(graph):
+        storage = faiss.downcast_index(half.storage)
+        out.append(faiss.vector_to_array(storage.codes).reshape(storage.ntotal, -1))
+    return out
 
 
 @pytest.mark.parametrize("storage", ["sq8", "flat"])
@@ -414,10 +451,9 @@ def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, sto
     queries = _unit(rng, 20)
     want = [graph.search_parts(q, 5)[0].tolist() for q in queries]
     assert graph.save_graph(tmp_path / "g.hnsw")
-    import faiss
-
-    whole = len(faiss.serialize_index(graph._hnsw))  # noqa: SLF001 - links and codes
-    assert (tmp_path / "g.hnsw").stat().st_size <= whole - want_codes.nbytes  # links only
+    whole = sum(len(faiss.serialize_index(h)) for h in _halves(graph))  # links and codes
+    codes_bytes = sum(c.nbytes for c in want_codes)
+    assert (tmp_path / "g.hnsw").stat().st_size <= whole - codes_bytes  # links only
     archived = ids[::10]  # removed after the save: their vectors are in the archive
     part2 = ExactIndex(DIM)
     keep = ~np.isin(ids, archived)
@@ -432,7 +468,8 @@ def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, sto
 
     assert again.load_graph(tmp_path / "g.hnsw", vectors_of)
     assert sorted(asked) == archived.tolist()
-    np.testing.assert_array_equal(_codes(again), want_codes)
+    for got_codes, half_codes in zip(_codes(again), want_codes, strict=True):
+        np.testing.assert_array_equal(got_codes, half_codes)
     for q, w in zip(queries, want, strict=True):
         got = again.search_parts(q, 5)[0].tolist()
         assert got == _brute(ids[keep], vecs[keep], q, 5)[0].tolist()

@@ -15,8 +15,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import faiss
 import numpy as np
@@ -56,6 +58,9 @@ COARSE_MAX_LISTS = 1024
 # at the same recall after the exact re-scoring (0.994 / 0.995; MiniLM captions alike). The
 # re-scoring makes up for the coarser codes.
 SQ_TYPE = faiss.ScalarQuantizer.QT_8bit_uniform
+# Graphs over alternate nodes walked at once, one per core (see `_Halves`): 2, or 1 (one
+# graph) on a single core, where the two walks would run one after the other.
+GRAPH_HALVES = (1, 2)
 
 
 class GraphIndex:
@@ -96,12 +101,16 @@ class GraphIndex:
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
                  ef_search: int = 128, min_rows: int = 20000, storage: str = "sq8",
                  rerank: int = 40, scheduler: Callable[[GraphIndex], None] | None = None,
-                 recall_target: float = 0.99, ivf: str = "auto"):
+                 recall_target: float = 0.99, ivf: str = "auto", halves: int = 2):
         if storage not in HNSW_STORAGES:
             raise ValueError(f"unknown HNSW storage {storage!r}; known: {HNSW_STORAGES}")
         if ivf not in IVF_MODES:
             raise ValueError(f"unknown inverted-file mode {ivf!r}; known: {IVF_MODES}")
+        if halves not in GRAPH_HALVES:
+            raise ValueError(f"halves must be one of {GRAPH_HALVES}, not {halves!r}")
         self.dim = int(dim)
+        # Two walks at once need two cores: on one they would take turns (twice one's time).
+        self.halves = halves if (os.cpu_count() or 1) >= 2 else 1
         self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
         self.storage, self.rerank = storage, rerank
         self.min_rows = min_rows
@@ -113,7 +122,7 @@ class GraphIndex:
         self._serial = 0  # graphs adopted (a calibration holds for the graph it measured)
         self.parts: dict[str, ExactIndex] = {}
         self._names: list[str] = []  # part code -> part name
-        self._hnsw: faiss.Index | None = None
+        self._hnsw: Graph | None = None
         self._hnsw_ids = np.empty(0, np.int64)  # graph position -> observation id
         self._hnsw_codes = np.empty(0, np.int16)  # graph position -> part code (-1: removed)
         self._pending = np.empty(0, np.int64)  # ids in a part, not yet in the graph
@@ -242,7 +251,12 @@ class GraphIndex:
             self.schedule()
         return removed
 
-    def _new_graph(self) -> faiss.Index:
+    def _new_graph(self) -> Graph:
+        if self.halves == 2:
+            return _Halves((self._new_hnsw(), self._new_hnsw()))
+        return self._new_hnsw()
+
+    def _new_hnsw(self) -> faiss.IndexHNSW:
         index: faiss.IndexHNSW
         if self.storage == "sq8":
             # SQ_TYPE is an int in faiss's stubs; the constructor takes it as the quantizer type.
@@ -266,12 +280,14 @@ class GraphIndex:
             return self.ef_search * 3 // 2
         return self.ef_search * (5 if n <= 500_000 else 6) // 2
 
-    def _matches(self, graph: faiss.Index) -> bool:
-        """Whether a loaded graph was built with this index's settings."""
+    def _matches(self, graph: Graph) -> bool:
+        """Whether a loaded graph was built with this index's settings (halves included)."""
         kind = faiss.IndexHNSWSQ if self.storage == "sq8" else faiss.IndexHNSWFlat
-        return (isinstance(graph, kind) and graph.d == self.dim
-                and graph.hnsw.nb_neighbors(1) == self.m  # type: ignore[attr-defined]
-                and graph.hnsw.efConstruction == self.ef_construction)
+        halves = _halves_of(graph)
+        return len(halves) == self.halves and all(
+            isinstance(h, kind) and h.d == self.dim
+            and h.hnsw.nb_neighbors(1) == self.m  # type: ignore[attr-defined]
+            and h.hnsw.efConstruction == self.ef_construction for h in halves)
 
     # ---- graph work: in the background with a scheduler, else inline ----------------------
     def needs_work(self) -> bool:
@@ -502,7 +518,7 @@ class GraphIndex:
         self._partial = None
         self.builds += 1
 
-    def _publish_partial(self, graph: faiss.Index, ids_out: list[np.ndarray],
+    def _publish_partial(self, graph: Graph, ids_out: list[np.ndarray],
                          codes_out: list[np.ndarray], c: int, ids: np.ndarray,
                          out: np.ndarray, end: int, snap_ids: list[np.ndarray],
                          layouts: list[int], held: np.ndarray,
@@ -522,7 +538,7 @@ class GraphIndex:
         # the parts on every search cost more than the coarse probe itself).
         held_rows = _rows_of([self.parts[n] for n in self._names], held[held_codes >= 0],
                              held_codes[held_codes >= 0], self.dim)
-        copy = faiss.clone_index(graph)  # ~1 ms per 10k nodes; searched without any lock
+        copy = _clone(graph)  # ~1 ms per 10k nodes; searched without any lock
         self._partial = _Partial(copy, node_ids, node_codes, cover, *held_rows, coarse)
 
     def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
@@ -579,7 +595,7 @@ class GraphIndex:
         every = np.concatenate(ids)
         return np.random.default_rng(total).choice(every, n, replace=False)
 
-    def _adopt(self, graph: faiss.Index, graph_ids: np.ndarray,
+    def _adopt(self, graph: Graph, graph_ids: np.ndarray,
                codes: np.ndarray | None = None, held: np.ndarray | None = None,
                ivf: _Coarse | None = None) -> None:
         """Make `graph` (whose node i holds id graph_ids[i], of part codes[i]; looked up in the
@@ -802,9 +818,9 @@ class GraphIndex:
                 return False
             with self._glock:
                 tmp = path.with_suffix(path.suffix + ".tmp")
-                faiss.write_index(self._hnsw, str(tmp),  # type: ignore[call-overload]
-                                  faiss.IO_FLAG_SKIP_STORAGE)
-                quantizer = _empty_storage(self._hnsw)
+                with open(tmp, "wb") as fh:
+                    write_graph(self._hnsw, fh.write)
+                quantizer = _empty_storage(_halves_of(self._hnsw)[0])
                 graph_ids = self._hnsw_ids.copy()
             held = self._held.copy()
             asked = np.asarray(list(self._recent), np.float32).reshape(-1, self.dim)
@@ -821,7 +837,8 @@ class GraphIndex:
         try:
             quantizer = None
             if path.with_suffix(".quantizer").exists():
-                graph = faiss.read_index(str(path), faiss.IO_FLAG_SKIP_STORAGE)
+                with open(path, "rb") as fh:
+                    graph = read_graph(fh.read, os.fstat(fh.fileno()).st_size, fh.tell)
                 quantizer = faiss.read_index(str(path.with_suffix(".quantizer")))
             else:  # saved with its codes (an earlier release)
                 graph = faiss.read_index(str(path))  # already of its concrete class
@@ -834,7 +851,7 @@ class GraphIndex:
             return False
         return self.use_graph(graph, ids, quantizer, vectors_of, held=held, asked=asked)
 
-    def use_graph(self, graph: faiss.Index, ids: np.ndarray,
+    def use_graph(self, graph: Graph, ids: np.ndarray,
                   quantizer: faiss.Index | None = None,
                   vectors_of: MissingVectors | None = None,
                   cancelled: Callable[[], bool] = lambda: False,
@@ -848,24 +865,30 @@ class GraphIndex:
         the last real queries it had seen, measured on again."""
         if not self._matches(graph):  # other settings (or an older release): rebuild
             return False
-        if graph.ntotal != len(ids) or ids.dtype != np.int64 or ids.ndim != 1:
+        halves = _halves_of(graph)
+        if (graph.ntotal != len(ids) or ids.dtype != np.int64 or ids.ndim != 1
+                or any(h.ntotal != len(ids[s::len(halves)]) for s, h in enumerate(halves))):
             return False
         if quantizer is not None:
-            if not _storage_fits(graph, quantizer) or quantizer.ntotal != 0:
+            if not _storage_fits(halves[0], quantizer) or quantizer.ntotal != 0:
                 return False
-            # Room for every code at once: growing the codes chunk by chunk reallocates
-            # them, and the copies left behind stay in this process (+40 MB per 100k rows).
-            quantizer.codes.resize(len(ids) * quantizer.code_size)  # type: ignore[attr-defined]
-            for start in range(0, len(ids), 4096):  # 6 MB of floats at a time
-                if cancelled():
-                    return False
-                quantizer.add(self._node_vectors(ids[start:start + 4096], vectors_of))
+            # One storage per half, each with its own nodes' codes (node p is node p // 2
+            # of half p % 2), encoded with the saved ranges.
+            storages = [quantizer] + [faiss.clone_index(quantizer) for _ in halves[1:]]
+            for s, (half, storage) in enumerate(zip(halves, storages, strict=True)):
+                own = ids[s::len(halves)]
+                # Room for every code at once: growing the codes chunk by chunk reallocates
+                # them, and the copies left behind stay in this process (+40 MB per 100k).
+                storage.codes.resize(len(own) * storage.code_size)  # type: ignore[attr-defined]
+                for start in range(0, len(own), 4096):  # 6 MB of floats at a time
+                    if cancelled():
+                        return False
+                    storage.add(self._node_vectors(own[start:start + 4096], vectors_of))
+                half.storage = storage
+                half.own_fields = True
+                storage.this.disown()  # type: ignore[attr-defined]  # the graph frees it now
             _trim_heap()
-            graph.storage = quantizer  # type: ignore[attr-defined]
-            graph.own_fields = True  # type: ignore[attr-defined]
-            quantizer.this.disown()  # type: ignore[attr-defined]  # the graph frees it now
-        elif graph.storage is None or not _storage_fits(  # type: ignore[attr-defined]
-                graph, graph.storage):  # type: ignore[attr-defined]
+        elif any(h.storage is None or not _storage_fits(h, h.storage) for h in halves):
             return False  # (codes of another quantizer: an earlier release)
         if held is not None and (held.dtype != np.int64 or held.ndim != 1):
             held = None
@@ -907,7 +930,7 @@ class _Partial:
     """A copy of a first graph as far as its build got, and what it covers: per part code,
     (its rows [0, n) are nodes or held out, the part's layout then)."""
 
-    graph: faiss.Index
+    graph: Graph
     ids: np.ndarray  # node -> id
     codes: np.ndarray  # node -> part code
     cover: dict[int, tuple[int, int]]
@@ -1073,6 +1096,103 @@ def _rows_of(parts: list[ExactIndex], ids: np.ndarray, codes: np.ndarray, dim: i
     hold, in the order given: the held-out rows as one matrix."""
     keep, vecs = _gather_rows(parts, ids, codes, dim)
     return ids[keep], codes[keep], np.ascontiguousarray(vecs[keep])
+
+
+class _Halves:
+    """Two HNSW graphs over alternate nodes (node p is node p // 2 of half p % 2), walked at
+    once on two cores; each half's best candidates are merged by their 8-bit scores, so it
+    answers like one graph (`search`, `add`, `train`, `ntotal`) and the rest of
+    `GraphIndex` (node positions, tombstones, the inverted file, calibration) is unchanged.
+
+    On overlapping clusters at 100k one graph needed efSearch 96 for recall@5 0.99
+    (914 µs); each half walked at efSearch 64 holds it as well (0.995) and the two walks
+    take about one half's time: two walks from two entry points miss less than one walk
+    twice as deep, on data whose near rows crowd each other's links."""
+
+    def __init__(self, halves: tuple[faiss.IndexHNSW, ...]):
+        self.halves = halves
+
+    @property
+    def ntotal(self) -> int:
+        return sum(h.ntotal for h in self.halves)
+
+    @property
+    def d(self) -> int:
+        return self.halves[0].d
+
+    @property
+    def is_trained(self) -> bool:
+        return all(h.is_trained for h in self.halves)
+
+    def train(self, x: np.ndarray) -> None:
+        for h in self.halves:  # the same sample: the same ranges (one quantizer is saved)
+            h.train(x)
+
+    def add(self, x: np.ndarray) -> None:
+        """Rows at the next positions, each to the half its position falls in."""
+        n = len(self.halves)
+        at = self.ntotal
+        for s, h in enumerate(self.halves):
+            mine = np.ascontiguousarray(x[(s - at) % n::n])
+            if len(mine):
+                h.add(mine)
+
+    def search(self, q: np.ndarray, k: int, params: faiss.SearchParameters | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The k best (scores, positions) of each query, as one graph would answer."""
+        n = len(self.halves)
+        later = [_walker().submit(h.search, q, k, params=params) for h in self.halves[1:]]
+        got = [self.halves[0].search(q, k, params=params)] + [f.result() for f in later]
+        scores = np.concatenate([d for d, _ in got], axis=1)
+        pos = np.concatenate([np.where(p >= 0, p * n + s, -1) for s, (_, p) in enumerate(got)],
+                             axis=1)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, best, 1), np.take_along_axis(pos, best, 1)
+
+
+Graph = faiss.Index | _Halves  # one HNSW graph, or two halves answering as one
+
+
+def _halves_of(graph: Graph) -> tuple[faiss.IndexHNSW, ...]:
+    return graph.halves if isinstance(graph, _Halves) else (graph,)  # type: ignore[return-value]
+
+
+def _clone(graph: Graph) -> Graph:
+    halves = tuple(cast(faiss.IndexHNSW, faiss.clone_index(h)) for h in _halves_of(graph))
+    return _Halves(halves) if isinstance(graph, _Halves) else halves[0]
+
+
+def write_graph(graph: Graph, write: Callable[[bytes], object]) -> None:
+    """A graph's links (not its codes: see `save_graph`), its halves one after the other."""
+    writer = faiss.PyCallbackIOWriter(write)  # type: ignore[attr-defined]
+    for h in _halves_of(graph):
+        faiss.write_index(h, writer, faiss.IO_FLAG_SKIP_STORAGE)
+
+
+def read_graph(read: Callable[[int], bytes], size: int, tell: Callable[[], int]) -> Graph:
+    """A graph written by `write_graph` (without its codes) from a file of `size` bytes: one
+    graph, or halves when a second follows the first."""
+    reader = faiss.PyCallbackIOReader(read)  # type: ignore[attr-defined]
+    halves = [cast(faiss.IndexHNSW, faiss.read_index(reader, faiss.IO_FLAG_SKIP_STORAGE))]
+    while tell() < size and len(halves) < max(GRAPH_HALVES):
+        halves.append(cast(faiss.IndexHNSW, faiss.read_index(reader, faiss.IO_FLAG_SKIP_STORAGE)))
+    return _Halves(tuple(halves)) if len(halves) > 1 else halves[0]
+
+
+_WALKERS: ThreadPoolExecutor | None = None
+_WALKERS_LOCK = threading.Lock()
+
+
+def _walker() -> ThreadPoolExecutor:
+    """The thread that walks a second half while the searching thread walks the first (one
+    per process: graph searches hold their graph's lock, so a second rarely waits)."""
+    global _WALKERS
+    with _WALKERS_LOCK:
+        if _WALKERS is None:
+            _WALKERS = ThreadPoolExecutor(max(GRAPH_HALVES) - 1, "graph-half",
+                                          initializer=faiss.omp_set_num_threads,
+                                          initargs=(1,))
+        return _WALKERS
 
 
 class _Replaced(Exception):

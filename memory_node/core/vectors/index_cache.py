@@ -44,7 +44,7 @@ import numpy as np
 from memory_node.core.store.base import VectorFeed
 from memory_node.core.store.vector_files import DIR_NAME, fsync_dir
 from memory_node.core.vectors.exact import ExactIndex
-from memory_node.core.vectors.faiss_index import GraphIndex
+from memory_node.core.vectors.faiss_index import GraphIndex, read_graph
 
 log = logging.getLogger("memory_node.index")
 
@@ -406,17 +406,16 @@ class GraphSource:
                         raise InterruptedError("graph work stopped")
                     return fh.read(size)
 
-                # Not in faiss's generated stubs: a reader over a Python callable.
-                reader = faiss.PyCallbackIOReader(read)  # type: ignore[attr-defined]
                 quantizer = None
                 if "quantizer" in self.files:  # saved without its codes
-                    graph = faiss.read_index(reader, faiss.IO_FLAG_SKIP_STORAGE)
+                    graph = read_graph(read, os.fstat(fh.fileno()).st_size, fh.tell)
                     fh = self.files["quantizer"]
                     fh.seek(0)
                     quantizer = faiss.read_index(faiss.PyCallbackIOReader(  # type: ignore[attr-defined]
                         lambda size, fh=fh: fh.read(size)))
-                else:
-                    graph = faiss.read_index(reader)
+                else:  # an earlier release's graph with its codes
+                    # Not in faiss's generated stubs: a reader over a Python callable.
+                    graph = faiss.read_index(faiss.PyCallbackIOReader(read))  # type: ignore[attr-defined]
                 fh = self.files["graph_ids.npy"]
                 fh.seek(0)
                 ids = np.load(fh, allow_pickle=False)
