@@ -255,6 +255,22 @@ def test_rows_added_one_by_one_are_found_at_their_nodes(halves):
     assert {1001, 1004}.isdisjoint(_search(graph, vecs[1001], 10)[0].tolist())
 
 
+@pytest.mark.parametrize("storage", STORAGES)
+def test_a_row_replayed_into_the_graph_twice_is_answered_once(storage):
+    """A row added again without being removed (a replay over rows already indexed) becomes
+    a second live node with the same id: an answer still holds it once."""
+    rng = np.random.default_rng(14)
+    ids = np.arange(500, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    graph = _graph(ids, vecs, storage)
+    assert _search(graph, vecs[42], 1)[0].tolist() == [42]
+    graph.add_rows("camera", ids[42:43], vecs[42:43])  # the same row once more
+    got, _ = _search(graph, vecs[42], 5)  # (added to the graph inside the search)
+    assert graph.pending == 0 and got[0] == 42
+    got, _ = _search(graph, vecs[42], 5)
+    assert got.tolist().count(42) == 1 and len(set(got.tolist())) == 5
+
+
 def test_eight_bit_graph_scores_are_exact_after_rescoring():
     rng = np.random.default_rng(5)
     ids = np.arange(3000, dtype=np.int64)

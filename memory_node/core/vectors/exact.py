@@ -50,7 +50,7 @@ def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     the graph's re-scored candidates, the planner's merge), so ties break by id, newest first."""
     if len(ids) == 0 or k <= 0:
         return np.empty(0, np.int64), np.empty(0, np.float32)
-    if len(ids) > k:
+    if len(ids) > max(k, 64):  # (a few dozen: sorted whole, faster than partitioned)
         # Partition on score, keeping every id tied with the k-th score so ties break by id.
         part = np.argpartition(-scores, k - 1)[:k]
         kth = scores[part].min()
@@ -405,9 +405,12 @@ class ExactIndex:
         """(ids, inner products) of the given ids that are in the index, in one consistent
         view (a concurrent removal cannot shift positions in between)."""
         q = np.asarray(query, np.float32).reshape(-1)
-        with self._lock:
-            pos = self.positions(np.asarray(ids, np.int64))
-            return self._ids[: self._n][pos], self._rows(pos) @ q
+        with self._lock:  # (`positions` and `_rows` inline: a search calls this per part)
+            pos = self.find(ids)
+            pos = pos[pos >= 0]
+            vecs = (self._vecs[pos] if self._slots is None or self._ident
+                    else self._vecs[self._slots[pos]])
+            return self._ids[pos], vecs @ q
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         with self._lock:
