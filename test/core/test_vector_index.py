@@ -271,6 +271,32 @@ def test_a_row_replayed_into_the_graph_twice_is_answered_once(storage):
     assert got.tolist().count(42) == 1 and len(set(got.tolist())) == 5
 
 
+def test_a_forked_child_searches_two_halves_too():
+    """A process forked after a search (a worker pool) walks the second half on a thread of
+    its own: the parent's walker thread does not exist there."""
+    import multiprocessing
+
+    rng = np.random.default_rng(15)
+    ids = np.arange(600, dtype=np.int64)
+    vecs = _unit(rng, len(ids))
+    graph = _graph(ids, vecs, "sq8", halves=2)
+    assert _search(graph, vecs[9], 1)[0][0] == 9  # the parent's walker now exists
+    _FORKED["graph"] = graph  # the child inherits it (a graph is not pickled)
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            got = pool.apply_async(_search_in_child, (vecs[77],)).get(timeout=60)
+    finally:
+        _FORKED.clear()
+    assert got == [77]
+
+
+_FORKED: dict[str, GraphIndex] = {}
+
+
+def _search_in_child(q: np.ndarray) -> list[int]:
+    return _search(_FORKED["graph"], q, 1)[0].tolist()
+
+
 def test_eight_bit_graph_scores_are_exact_after_rescoring():
     rng = np.random.default_rng(5)
     ids = np.arange(3000, dtype=np.int64)

@@ -1194,6 +1194,17 @@ _WALKERS: ThreadPoolExecutor | None = None
 _WALKERS_LOCK = threading.Lock()
 
 
+def _forget_walkers() -> None:
+    """A forked child has none of its parent's threads: it starts its own walker (handing
+    work to the parent's would wait forever)."""
+    global _WALKERS, _WALKERS_LOCK
+    _WALKERS, _WALKERS_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_walkers)
+
+
 def _walker() -> ThreadPoolExecutor:
     """The thread that walks a second half while the searching thread walks the first (one
     per process: graph searches hold their graph's lock, so a second rarely waits)."""
