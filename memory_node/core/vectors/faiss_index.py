@@ -1115,10 +1115,11 @@ class _Halves:
     answers like one graph (`search`, `add`, `train`, `ntotal`) and the rest of
     `GraphIndex` (node positions, tombstones, the inverted file, calibration) is unchanged.
 
-    On overlapping clusters at 100k one graph needed efSearch 96 for recall@5 0.99
-    (914 µs); each half walked at efSearch 64 holds it as well (0.995) and the two walks
-    take about one half's time: two walks from two entry points miss less than one walk
-    twice as deep, on data whose near rows crowd each other's links."""
+    On overlapping clusters at 100k one graph needed efSearch 96 for recall@5 0.99 (0.994,
+    1122 µs); the two halves at efSearch 64 each held 0.995 in 827 µs walked at once (922
+    one after the other): two walks from two entry points miss less than one walk half as
+    deep again, on data whose near rows crowd each other's links. Handing a half to the
+    other thread costs ~65 µs each way on a virtual machine (bench/results/NOTES.md, 17)."""
 
     def __init__(self, halves: tuple[faiss.IndexHNSW, ...]):
         self.halves = halves
