@@ -59,10 +59,10 @@ class MemoryConfig:
     # 500k). Storage "sq8": 8-bit codes in the graph (one value range for every dimension),
     # its best hnsw_rerank candidates re-scored with the float vectors; "flat": float copies.
     # Each graph calibrates itself in the background (once built, again after growing by a
-    # quarter): it keeps the smallest
-    # efSearch and rerank depth whose recall@5, measured against exact search on rows held
-    # out of it and recent queries, holds hnsw_recall_target (0: no calibration). Until then,
-    # and for searches within some streams, the grown hnsw_ef_search and hnsw_rerank serve.
+    # quarter): it keeps the smallest efSearch and rerank depth whose recall@5, measured
+    # against exact search on rows held out of it and recent queries, holds
+    # hnsw_recall_target (0: no calibration). Until then, and for searches within some
+    # streams, the grown hnsw_ef_search and hnsw_rerank serve.
     # hnsw_ivf: above 20k vectors an inverted file of 8-bit codes is kept beside the graph and
     # calibrated with it; "auto" lets the faster of the two that holds the target serve
     # unfiltered searches (the file is freed once the walk wins on 256 real queries),

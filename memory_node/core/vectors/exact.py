@@ -405,12 +405,9 @@ class ExactIndex:
         """(ids, inner products) of the given ids that are in the index, in one consistent
         view (a concurrent removal cannot shift positions in between)."""
         q = np.asarray(query, np.float32).reshape(-1)
-        with self._lock:  # (`positions` and `_rows` inline: a search calls this per part)
-            pos = self.find(ids)
-            pos = pos[pos >= 0]
-            vecs = (self._vecs[pos] if self._slots is None or self._ident
-                    else self._vecs[self._slots[pos]])
-            return self._ids[pos], vecs @ q
+        with self._lock:
+            pos = self.positions(ids)
+            return self._ids[: self._n][pos], self._rows(pos) @ q
 
     def get(self, ids: np.ndarray) -> np.ndarray:
         with self._lock:
