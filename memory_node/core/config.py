@@ -15,6 +15,10 @@ SENSOR_STREAMS = ("camera", "lidar", "odom")
 NOTE_STREAMS = ("events", "summaries")
 
 
+# The fewest principal axes a graph may walk (hnsw_dims); as the graph index's.
+MIN_GRAPH_DIMS = 8
+
+
 class ConfigError(ValueError):
     """A configuration value is missing, of the wrong type or out of range."""
 
@@ -74,9 +78,14 @@ class MemoryConfig:
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
     hnsw_storage: str = "sq8"
+    # The graph links and walks each vector's projection on its hnsw_dims principal axes
+    # (fitted when it is built; 0: the whole vector); its candidates are re-scored with the
+    # float vectors, and the calibration measures the recall that gives.
+    hnsw_dims: int = 96
     # 2: each graph is two halves over alternate vectors, walked at once on two cores (a
-    # machine with one core gets one graph); 1: one graph.
-    hnsw_halves: int = 2
+    # machine with one core gets one graph); 1: one graph. Two pay for walks of whole
+    # 384-d vectors (hnsw_dims 0), not for projected ones: handing a half over costs more.
+    hnsw_halves: int = 1
     hnsw_rerank: int = 40
     hnsw_recall_target: float = 0.99
     index_persist_interval_s: float = 300.0
@@ -152,18 +161,23 @@ class MemoryConfig:
             if getattr(self, name) not in allowed:
                 words = [f"'{a}'" for a in allowed]
                 raise ConfigError(f"{name} must be {', '.join(words[:-1])} or {words[-1]}")
-        if min(self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search,
-               self.hnsw_rerank) < 1:
-            raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
-                              "must be >= 1")
-        if not 0 <= self.hnsw_recall_target <= 1:
-            raise ConfigError("hnsw_recall_target must be between 0 (no calibration) and 1")
+        self._validate_graph()
         if not self.visit_gap_s > 0:
             raise ConfigError("visit_gap_s must be > 0")
         if not self.caption_max_per_min > 0:
             raise ConfigError("caption_max_per_min must be > 0")
         if self.image_embedder not in ("", "clip"):
             raise ConfigError("image_embedder must be '' (describe + text model) or 'clip'")
+
+    def _validate_graph(self) -> None:
+        if min(self.hnsw_m, self.hnsw_ef_construction, self.hnsw_ef_search,
+               self.hnsw_rerank) < 1:
+            raise ConfigError("hnsw_m, hnsw_ef_construction, hnsw_ef_search and hnsw_rerank "
+                              "must be >= 1")
+        if self.hnsw_dims < 0 or 0 < self.hnsw_dims < MIN_GRAPH_DIMS:
+            raise ConfigError(f"hnsw_dims must be 0 (whole vectors) or >= {MIN_GRAPH_DIMS}")
+        if not 0 <= self.hnsw_recall_target <= 1:
+            raise ConfigError("hnsw_recall_target must be between 0 (no calibration) and 1")
 
     # ---- derived ------------------------------------------------------------------------
     @property

@@ -116,7 +116,8 @@ class IndexManager:
                 dim, m=c.hnsw_m, ef_construction=c.hnsw_ef_construction,
                 ef_search=c.hnsw_ef_search, min_rows=c.hnsw_min_rows, storage=c.hnsw_storage,
                 rerank=c.hnsw_rerank, scheduler=None if self._starting else self._worker.schedule,
-                recall_target=c.hnsw_recall_target, ivf=c.hnsw_ivf, halves=c.hnsw_halves)
+                recall_target=c.hnsw_recall_target, ivf=c.hnsw_ivf, halves=c.hnsw_halves,
+                dims=c.hnsw_dims)
         return graph
 
     def _attach(self, indexes: dict[Key, ExactIndex]) -> dict[str, GraphIndex]:
@@ -183,7 +184,8 @@ class IndexManager:
             state = ("reading" if model_id in self._graph_sources
                      else "ready" if not graph.exact
                      else "building" if graph.building else "exact")
-            entry: dict = {"model_id": model_id, "vectors": n, "graph": state}
+            entry: dict = {"model_id": model_id, "vectors": n, "graph": state,
+                           "graph_dims": graph.walked_dims}
             c = graph.current_calibration()
             if state == "ready" and c is not None:
                 entry.update(searched_by=c.searched_by, nprobe=c.nprobe,

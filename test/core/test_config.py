@@ -23,6 +23,8 @@ def test_defaults_and_environment_fallbacks():
     ({"hnsw_rerank": -5}, "hnsw_rerank must be >= 1"),
     ({"hnsw_ivf": "always"}, "hnsw_ivf must be 'auto', 'prefer' or 'off'"),
     ({"hnsw_halves": 3}, "hnsw_halves must be '1' or '2'"),
+    ({"hnsw_dims": 4}, "hnsw_dims must be 0 .whole vectors. or >= 8"),
+    ({"hnsw_dims": -1}, "hnsw_dims must be 0"),
     ({"k_default": 500}, "k_default must be between 1 and k_max"),
     ({"streams": ["camera", "events"]}, "streams must include 'summaries'"),
 ])

@@ -42,6 +42,16 @@ def clustered(n: int, seed: int, spread: float, clusters: int = 60) -> np.ndarra
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
+def on_few_axes(n: int, seed: int, axes: int = 8) -> np.ndarray:
+    """Clustered unit vectors spread along `axes` of the DIM axes, with a little noise on
+    every other (as embeddings are: a graph over their principal axes walks them well)."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.standard_normal((DIM, axes)))[0].T  # orthonormal rows
+    low = clustered(n, seed, 0.4)[:, :axes]
+    v = low @ basis + 0.02 * rng.standard_normal((n, DIM))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
 def recall_at_5(idx: OneStreamGraph, ids: np.ndarray, vecs: np.ndarray, queries: np.ndarray
                 ) -> float:
     hits = 0
@@ -140,15 +150,44 @@ def test_no_target_no_calibration():
     assert idx.calibration is None and not idx.needs_work()
 
 
+def test_a_projection_that_cannot_hold_the_target_falls_back_to_whole_vectors(tmp_path,
+                                                                             caplog):
+    """Vectors spread evenly over all 32 axes: a walk over 8 of them misses the target at
+    every depth, so the graph is rebuilt over whole vectors (with a warning), calibrated
+    again, and holds it; the answers stay exact re-scored cosines throughout."""
+    eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
+                      hnsw_m=8, hnsw_ef_construction=40, hnsw_dims=8)
+    vecs = clustered(6000, 8, 0.6)
+    rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
+    with caplog.at_level("WARNING", logger="memory_node.index"):
+        ids = eng.add_embedded(rows, vecs, "test-clusters-32")
+        assert eng.indexes.wait_for_graphs(120)
+    assert any("8-component projections" in r.getMessage() and "whole vectors" in
+               r.getMessage() for r in caplog.records)
+    entry = json.loads(eng.streams())["indexes"][0]
+    assert entry["graph"] == "ready" and entry["graph_dims"] == 32
+    assert entry["target_met"] is True and entry["recall_at_5"] >= 0.99
+    graph = eng.indexes.graph("test-clusters-32")
+    assert graph.builds == 2  # projected, then whole
+    queries = clustered(40, 9, 0.6)
+    hits = 0
+    for q in queries:
+        got, _s, _b = graph.search_parts(q, 5)
+        hits += len(set(got.tolist()) & set(np.asarray(ids)[np.argsort(-(vecs @ q))[:5]]
+                                            .tolist()))
+    assert hits / (5 * len(queries)) >= 0.95
+
+
 def test_streams_says_what_the_graph_promises(tmp_path, monkeypatch):
-    """Its depth, the recall measured, and which index serves: the walk, or the inverted
-    file beside it (kept above COARSE_MIN_ROWS, lowered here) with the lists it probes."""
+    """Its depth, the recall measured, the components it walks (projections on 16 of the
+    32 axes here), and which index serves: the walk, or the inverted file beside it (kept
+    above COARSE_MIN_ROWS, lowered here) with the lists it probes."""
     from memory_node.core.vectors import faiss_index
 
     monkeypatch.setattr(faiss_index, "COARSE_MIN_ROWS", 5000)
     eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
-                      hnsw_m=8, hnsw_ef_construction=40)
-    vecs = clustered(6000, 8, 0.4)
+                      hnsw_m=8, hnsw_ef_construction=40, hnsw_dims=16)
+    vecs = on_few_axes(6000, 8)
     rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
     eng.add_embedded(rows, vecs, "test-clusters-32")
     assert eng.indexes.wait_for_graphs(120)
@@ -156,7 +195,7 @@ def test_streams_says_what_the_graph_promises(tmp_path, monkeypatch):
     assert len(info) == 1
     entry = info[0]
     assert entry["model_id"] == "test-clusters-32" and entry["vectors"] == 6000
-    assert entry["graph"] == "ready"
+    assert entry["graph"] == "ready" and entry["graph_dims"] == 16
     assert entry["recall_at_5"] >= entry["recall_target"] == 0.99
     assert entry["target_met"] is True
     assert entry["ef_search"] >= 16 and entry["rerank"] >= 16

@@ -8,16 +8,22 @@ import numpy as np
 import pytest
 
 from memory_node.core.vectors import ExactIndex, top_k
-from memory_node.core.vectors.faiss_index import GraphIndex, _halves_of
+from memory_node.core.vectors.faiss_index import GraphIndex, _halves_of, _hnsw_of
 
 DIM = 16
 # The graph's two storages: 8-bit codes re-scored with the float vectors, or float copies,
-# each as two halves walked at once (the default); "/1": one graph.
-STORAGES = ["sq8", "flat", "sq8/1"]
+# each as two halves walked at once (the default); "/1": one graph; "/1/12": one graph
+# walking the vectors' projections on 12 principal axes.
+STORAGES = ["sq8", "flat", "sq8/1", "sq8/1/12", "flat/2/12"]
+
+
+# Embeddings spread most along a few axes: 8 of the 16 here, with a little in every other.
+_AXES = np.random.default_rng(99).standard_normal((8, DIM))
 
 
 def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
-    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    v = (rng.standard_normal((n, 8)) @ _AXES
+         + 0.3 * rng.standard_normal((n, DIM))).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
@@ -37,9 +43,9 @@ def _exact(ids: np.ndarray, vecs: np.ndarray) -> ExactIndex:
 def _graph(ids: np.ndarray, vecs: np.ndarray, storage: str = "sq8", **options) -> GraphIndex:
     """A graph over one stream ("camera") holding `vecs` under `ids`; a tiny `min_rows` so the
     graph is really built and walked (inline, as no scheduler is given)."""
-    storage, _, halves = storage.partition("/")
+    storage, halves, dims = (storage.split("/") + ["", ""])[:3]
     settings = {"min_rows": 50, "ef_search": 256, "storage": storage,
-                "halves": int(halves or 2), **options}
+                "halves": int(halves or 2), "dims": int(dims or 0), **options}
     graph = GraphIndex(DIM, **settings)
     graph.attach("camera", _exact(ids, vecs))
     return graph
@@ -203,6 +209,12 @@ def test_saved_graph_reused_only_with_the_same_settings(storage, tmp_path):
     # Built with other settings: rebuilt, never adopted.
     other_m = _graph(ids, vecs, storage, m=16)
     assert not other_m.load_graph(tmp_path / "g.hnsw") and other_m.exact
+    # A graph over projections on other axes than asked for is rebuilt; one over whole
+    # vectors (what a projection that misses the recall target falls back to) is adopted.
+    projected = storage.endswith("/12")
+    for dims in (8, 0):
+        other_dims = _graph(ids, vecs, storage, dims=dims)
+        assert other_dims.load_graph(tmp_path / "g.hnsw") == (not projected)
     other_storage = _graph(ids, vecs, "flat" if storage == "sq8" else "sq8")
     assert not other_storage.load_graph(tmp_path / "g.hnsw")
     assert _search(other_storage, q, 5)[0].tolist() == want[0].tolist()
@@ -470,13 +482,13 @@ def _codes(graph) -> list[np.ndarray]:
     """Each half's node codes, node for node."""
     out = []
     for half in _halves(graph):
-        storage = faiss.downcast_index(half.storage)
+        storage = faiss.downcast_index(_hnsw_of(half).storage)
         out.append(faiss.vector_to_array(storage.codes).reshape(storage.ntotal, -1))
     return out
 
 
-@pytest.mark.parametrize("storage", ["sq8", "flat"])
-def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, storage):
+@pytest.mark.parametrize(("storage", "dims"), [("sq8", 0), ("flat", 0), ("sq8", 12)])
+def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, storage, dims):
     """The graph file keeps links, not codes (the vector files hold the vectors): read back,
     each node's code is encoded from its row's vector again, byte for byte the one it had;
     a node removed since takes its vector from `vectors_of` (the archive)."""
@@ -486,7 +498,7 @@ def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, sto
     vecs = _unit(rng, n)
     part = ExactIndex(DIM)
     part.add(ids, vecs)
-    graph = GraphIndex(DIM, min_rows=50, m=16, storage=storage)
+    graph = GraphIndex(DIM, min_rows=50, m=16, storage=storage, dims=dims)
     graph.attach("camera", part)
     graph.build()
     want_codes = _codes(graph)
@@ -500,7 +512,8 @@ def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, sto
     part2 = ExactIndex(DIM)
     keep = ~np.isin(ids, archived)
     part2.add(ids[keep], vecs[keep])
-    again = GraphIndex(DIM, min_rows=50, m=16, storage=storage, scheduler=lambda g: None)
+    again = GraphIndex(DIM, min_rows=50, m=16, storage=storage, dims=dims,
+                       scheduler=lambda g: None)
     again.attach("camera", part2)
     asked: list[int] = []
 

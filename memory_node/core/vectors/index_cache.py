@@ -36,7 +36,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import faiss
 import numpy as np
@@ -44,7 +44,7 @@ import numpy as np
 from memory_node.core.store.base import VectorFeed
 from memory_node.core.store.vector_files import DIR_NAME, fsync_dir
 from memory_node.core.vectors.exact import ExactIndex
-from memory_node.core.vectors.faiss_index import GraphIndex, read_graph
+from memory_node.core.vectors.faiss_index import GraphIndex, Half, read_graph
 
 log = logging.getLogger("memory_node.index")
 
@@ -415,7 +415,8 @@ class GraphSource:
                         lambda size, fh=fh: fh.read(size)))
                 else:  # an earlier release's graph with its codes
                     # Not in faiss's generated stubs: a reader over a Python callable.
-                    graph = faiss.read_index(faiss.PyCallbackIOReader(read))  # type: ignore[attr-defined]
+                    graph = cast(Half, faiss.read_index(
+                        faiss.PyCallbackIOReader(read)))  # type: ignore[attr-defined]
                 fh = self.files["graph_ids.npy"]
                 fh.seek(0)
                 ids = np.load(fh, allow_pickle=False)
