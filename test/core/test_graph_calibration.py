@@ -150,32 +150,50 @@ def test_no_target_no_calibration():
     assert idx.calibration is None and not idx.needs_work()
 
 
-def test_a_projection_that_cannot_hold_the_target_falls_back_to_whole_vectors(tmp_path,
-                                                                             caplog):
-    """Vectors spread evenly over all 32 axes: a walk over 8 of them misses the target at
-    every depth, so the graph is rebuilt over whole vectors (with a warning), calibrated
-    again, and holds it; the answers stay exact re-scored cosines throughout."""
+def _engine_over_even_spread(tmp_path, caplog):
+    """An engine whose 6000 vectors spread evenly over all 32 axes, its graph asked to walk
+    8 of them; its graph, and the ids and vectors stored."""
     eng = make_engine(tmp_path / "m", FakeClock(), PoseBox(), hnsw_min_rows=1000,
                       hnsw_m=8, hnsw_ef_construction=40, hnsw_dims=8)
     vecs = clustered(6000, 8, 0.6)
     rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
-    with caplog.at_level("WARNING", logger="memory_node.index"):
+    with caplog.at_level("INFO", logger="memory_node.index"):
         ids = eng.add_embedded(rows, vecs, "test-clusters-32")
         assert eng.indexes.wait_for_graphs(120)
-    assert any("8-component projections" in r.getMessage() and "whole vectors" in
-               r.getMessage() for r in caplog.records)
     entry = json.loads(eng.streams())["indexes"][0]
-    assert entry["graph"] == "ready" and entry["graph_dims"] == 32
+    assert entry["graph"] == "ready" and entry["graph_dims"] == 32  # whole vectors
     assert entry["target_met"] is True and entry["recall_at_5"] >= 0.99
     graph = eng.indexes.graph("test-clusters-32")
-    assert graph.builds == 2  # projected, then whole
-    queries = clustered(40, 9, 0.6)
     hits = 0
-    for q in queries:
+    for q in clustered(40, 9, 0.6):
         got, _s, _b = graph.search_parts(q, 5)
-        hits += len(set(got.tolist()) & set(np.asarray(ids)[np.argsort(-(vecs @ q))[:5]]
-                                            .tolist()))
-    assert hits / (5 * len(queries)) >= 0.95
+        want = np.asarray(ids)[np.argsort(-(vecs @ q))[:5]]
+        hits += len(set(got.tolist()) & set(want.tolist()))
+    assert hits / (5 * 40) >= 0.95
+    return graph
+
+
+def test_a_projection_that_ranks_neighbours_badly_is_not_built(tmp_path, caplog):
+    """Vectors spread evenly over all 32 axes: sampled rows' exact neighbours are not among
+    the best by 8 components, so the graph is built over whole vectors at once (and says
+    why), never over the projection first."""
+    graph = _engine_over_even_spread(tmp_path, caplog)
+    assert graph.builds == 1
+    assert any("graph over whole 32-d vectors" in r.getMessage() for r in caplog.records)
+
+
+def test_a_projection_that_misses_the_target_when_walked_is_rebuilt_whole(tmp_path, caplog,
+                                                                          monkeypatch):
+    """The check before the build let through (told to look at every row's rank): the
+    calibration finds the walk over 8 components short of the target at every depth, so the
+    graph is rebuilt over whole vectors (with a warning), calibrated again, and holds it."""
+    from memory_node.core.vectors import faiss_index
+
+    monkeypatch.setattr(faiss_index, "PROJECTION_REACH", 5990)
+    graph = _engine_over_even_spread(tmp_path, caplog)
+    assert graph.builds == 2  # projected, then whole
+    assert any("8-component projections" in r.getMessage() and "whole vectors" in
+               r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
 
 
 def test_streams_says_what_the_graph_promises(tmp_path, monkeypatch):

@@ -529,3 +529,17 @@ def test_a_saved_graph_holds_links_and_its_codes_are_encoded_again(tmp_path, sto
         got = again.search_parts(q, 5)[0].tolist()
         assert got == _brute(ids[keep], vecs[keep], q, 5)[0].tolist()
         assert set(got) <= set(w) | set(_brute(ids[keep], vecs[keep], q, 5)[0].tolist())
+
+
+def test_a_projection_is_judged_by_where_it_ranks_each_rows_neighbours():
+    """Rows spread along a few axes keep their exact neighbours among the best by their
+    projection on those axes; rows spread evenly over every axis do not (the check a graph
+    makes before it walks projections)."""
+    from memory_node.core.vectors.faiss_index import projection_recall
+
+    rng = np.random.default_rng(21)
+    few_axes = _unit(rng, 3000)
+    assert projection_recall(few_axes, 12, 32, 200) >= 0.99
+    even = rng.standard_normal((3000, DIM)).astype(np.float32)
+    even /= np.linalg.norm(even, axis=1, keepdims=True)
+    assert projection_recall(even, 8, 32, 200) < 0.9
