@@ -645,14 +645,17 @@ class IndexInfo(Answer):
     recall@5/@10 measured with them against exact search, on `calibration_queries` queries
     at `calibrated_rows` rows, and whether the target was met (by one standard error);
     `searched_by` "inverted file" when the graph's inverted file, probing `nprobe` lists,
-    serves instead of the walk (it held the target in fewer microseconds a query)."""
+    serves instead of the walk (it held the target in fewer microseconds a query);
+    `graph_dims` the components of each vector the graph walks (its principal axes, or the
+    whole vector)."""
 
     omit_if_none: ClassVar[frozenset[str]] = frozenset({
-        "ef_search", "rerank", "recall_at_5", "recall_at_10", "recall_target", "target_met",
-        "calibrated_rows", "calibration_queries", "searched_by", "nprobe"})
+        "graph_dims", "ef_search", "rerank", "recall_at_5", "recall_at_10", "recall_target",
+        "target_met", "calibrated_rows", "calibration_queries", "searched_by", "nprobe"})
     model_id: str
     vectors: int
     graph: Literal["exact", "building", "reading", "ready"]
+    graph_dims: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
     recall_at_5: float | None = None

@@ -184,8 +184,9 @@ class IndexManager:
             state = ("reading" if model_id in self._graph_sources
                      else "ready" if not graph.exact
                      else "building" if graph.building else "exact")
-            entry: dict = {"model_id": model_id, "vectors": n, "graph": state,
-                           "graph_dims": graph.walked_dims}
+            entry: dict = {"model_id": model_id, "vectors": n, "graph": state}
+            if state == "ready":
+                entry["graph_dims"] = graph.walked_dims
             c = graph.current_calibration()
             if state == "ready" and c is not None:
                 entry.update(searched_by=c.searched_by, nprobe=c.nprobe,
