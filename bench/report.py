@@ -707,8 +707,10 @@ def _semantic_section(add: Any, res: dict[str, Any]) -> None:
                     p2 = row.get("p50_second_pass")
                     c0 = row.get("calibration_at_start") or {}
                     real = row.get("real_queries")
+                    dims = c.get("graph_dims")
                     note = (_searched_with(c) + f", rerank {c.get('rerank', '–')}"
-                            f", calibrated recall@5 {c.get('recall_at_5', '–')} on "
+                            + (f", graph over {dims} components" if dims else "")
+                            + f", calibrated recall@5 {c.get('recall_at_5', '–')} on "
                             f"{c.get('calibration_queries', '–')} queries"
                             + (f" ({real} of them real, earlier than the measured ones)"
                                if real else " (held-out rows)")
