@@ -242,9 +242,7 @@ class GraphIndex:
     def walked_dims(self) -> int:
         """Components of each vector the graph links and walks (its projection's, if any)."""
         graph = self._hnsw
-        if graph is None:
-            return self.graph_dims
-        return int(_hnsw_of(_halves_of(graph)[0]).d)
+        return self.graph_dims if graph is None else _walked_dims(graph)
 
     @property
     def pending(self) -> int:
@@ -473,7 +471,7 @@ class GraphIndex:
             with self._lock:
                 self._calib_tried = None
             return None
-        walked = int(_hnsw_of(_halves_of(graph)[0]).d)
+        walked = _walked_dims(graph)
         if not result.met and walked < self.dim:
             self._decline_projection(walked, result)
         if by_ivf is not None and self._pick(result, by_ivf) is by_ivf:
@@ -1248,6 +1246,11 @@ def _hnsw_of(half: Half) -> faiss.IndexHNSW:
     if isinstance(half, faiss.IndexPreTransform):
         return cast(faiss.IndexHNSW, faiss.downcast_index(half.index))
     return half
+
+
+def _walked_dims(graph: Graph) -> int:
+    """Components of each vector a graph links and walks (its projection's, if any)."""
+    return int(_hnsw_of(_halves_of(graph)[0]).d)
 
 
 def _projection(half: Half) -> faiss.VectorTransform | None:
