@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 # /clock at 50 Hz of wall time, whatever the rate: every node with use_sim_time handles each
-# /clock message in its executor, and at 5x a per-message clock flooded them.
+# /clock message in its executor, and at 5x a per-message clock flooded them. A replay that
+# fell behind (a loaded machine) and catches up publishes it more often: whenever bag time has
+# moved a period's worth (CLOCK_PERIOD_S x rate) since the last one, so no message goes out
+# with /clock behind it by more than that, and a node stamping on arrival stamps on time.
 CLOCK_PERIOD_S = 0.02
 
 
@@ -206,6 +209,8 @@ class Replayer:
                     self._publish(conn.topic, raw)
             wall0 = time.monotonic()
             last_clock_wall = -1.0
+            last_clock_ns = -1
+            clock_step_ns = int(CLOCK_PERIOD_S * self.rate * 1e9)
             last_t_ns = start_ns
             n = 0
             try:
@@ -215,11 +220,12 @@ class Replayer:
                     # Keep /clock moving while waiting for the next message.
                     while True:
                         now = time.monotonic()
-                        if now - last_clock_wall >= CLOCK_PERIOD_S:
-                            bag_now = start_ns + int(min(now - wall0, due - wall0) * self.rate
-                                                     * 1e9)
+                        bag_now = start_ns + int(min(now - wall0, due - wall0) * self.rate
+                                                 * 1e9)
+                        if (now - last_clock_wall >= CLOCK_PERIOD_S
+                                or bag_now - last_clock_ns >= clock_step_ns):
                             self._publish_clock(bag_now)
-                            last_clock_wall = now
+                            last_clock_wall, last_clock_ns = now, bag_now
                         if now >= due:
                             break
                         time.sleep(min(due - now, CLOCK_PERIOD_S))

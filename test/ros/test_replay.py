@@ -16,7 +16,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from tf2_msgs.msg import TFMessage
 
-from memory_node.ros.replay import Replayer, ReplayError, bag_info, main
+from memory_node.ros.replay import CLOCK_PERIOD_S, Replayer, ReplayError, bag_info, main
 from memory_node.sim.generate import generate_sample
 
 
@@ -79,6 +79,45 @@ def test_replays_selected_topics_with_clock_and_latched_static_tf(bags, node, fm
     assert {"camera_link", "lidar"} <= children
     clock_s = [c.clock.sec + c.clock.nanosec * 1e-9 for c in received["clock"]]
     assert clock_s and clock_s == sorted(clock_s) and clock_s[-1] >= t0 + 4.5
+
+
+class _StallingReplayer(Replayer):
+    """A replay that stalls once, 0.5 s before its 10th message, as a loaded machine would,
+    and notes what it published in order: ("clock", t) and ("msg", t_of_message)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[tuple[str, float]] = []
+
+    def _publish_clock(self, t_ns: int) -> None:
+        self.sent.append(("clock", t_ns / 1e9))
+        super()._publish_clock(t_ns)
+
+    def _publish(self, topic: str, raw: bytes) -> None:
+        from rclpy.serialization import deserialize_message
+
+        msgs = sum(kind == "msg" for kind, _ in self.sent)
+        if msgs == 10:
+            time.sleep(0.5)
+        stamp = deserialize_message(raw, self.types[topic]).header.stamp
+        self.sent.append(("msg", stamp.sec + stamp.nanosec * 1e-9))
+        super()._publish(topic, raw)
+
+
+def test_a_replay_that_falls_behind_keeps_clock_up_with_what_it_publishes(bags, node):
+    """After a stall the replay catches up in a burst; /clock keeps pace with it, so a node
+    stamping on arrival is not handed a clock seconds behind the message it gets."""
+    rep = _StallingReplayer(node, bags[0], rate=4.0, topics=["/odom"], duration_s=4.0)
+    rep.run()
+    step = CLOCK_PERIOD_S * 4.0
+    clock, behind = -1.0, []
+    for kind, t in rep.sent:
+        if kind == "clock":
+            clock = t
+        else:
+            behind.append(t - clock)
+    assert len(behind) >= 70  # ~20 Hz odometry for 4 s
+    assert max(behind) <= step + 0.06, max(behind)  # one period, plus the bag's receipt lag
 
 
 def test_unknown_topic_and_type_and_corrupt_bags_are_clear_errors(bags, tmp_path, node):
