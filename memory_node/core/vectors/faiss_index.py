@@ -290,8 +290,12 @@ class GraphIndex:
         with a `sample` of them, when it ranks their neighbours well enough (see
         `PROJECTION_REACH`)."""
         d = self.graph_dims if rows >= PROJECTION_MIN_ROWS else self.dim
+        pca: faiss.PCAMatrix | None = None
         if d < self.dim and sample is not None and len(sample) >= PROJECTION_MIN_ROWS:
-            reach = projection_recall(sample, d, PROJECTION_REACH, PROJECTION_QUERIES)
+            # Fitted once: the check ranks by it and the graph (each half) projects with it.
+            pca = faiss.PCAMatrix(self.dim, d)
+            pca.train(sample)
+            reach = projection_recall(sample, d, PROJECTION_REACH, PROJECTION_QUERIES, pca)
             if reach < self.recall_target:
                 log.info("graph over whole %d-d vectors: their exact top 5 lie among the %d "
                          "best by %d-component projections for %.3f of sampled rows (target "
@@ -299,10 +303,10 @@ class GraphIndex:
                 with self._lock:
                     self.graph_dims = d = self.dim
         if self.halves == 2:
-            return _Halves((self._new_hnsw(d), self._new_hnsw(d)))
-        return self._new_hnsw(d)
+            return _Halves((self._new_hnsw(d, pca), self._new_hnsw(d, pca)))
+        return self._new_hnsw(d, pca)
 
-    def _new_hnsw(self, d: int) -> Half:
+    def _new_hnsw(self, d: int, pca: faiss.PCAMatrix | None = None) -> Half:
         index: faiss.IndexHNSW
         if self.storage == "sq8":
             # SQ_TYPE is an int in faiss's stubs; the constructor takes it as the quantizer type.
@@ -314,8 +318,11 @@ class GraphIndex:
         index.hnsw.efSearch = self.ef_search
         if d == self.dim:
             return index
-        # Trained with the graph: the principal axes of the sample its codes are fitted on.
-        return faiss.IndexPreTransform(faiss.PCAMatrix(self.dim, d), index)
+        # The principal axes of the sample the codes are fitted on: `pca` when the caller
+        # fitted it already (training the graph leaves a trained transform alone), else
+        # fitted when the graph is trained.
+        return faiss.IndexPreTransform(pca if pca is not None else faiss.PCAMatrix(self.dim, d),
+                                       index)
 
     def ef_for(self, n: int) -> int:
         """efSearch grows with the graph: 1x `ef_search` up to 50k nodes, 1.5x to 150k, 2.5x
@@ -1340,14 +1347,17 @@ def _walker() -> ThreadPoolExecutor:
         return _WALKERS
 
 
-def projection_recall(sample: np.ndarray, dims: int, reach: int, queries: int) -> float:
+def projection_recall(sample: np.ndarray, dims: int, reach: int, queries: int,
+                      pca: faiss.PCAMatrix | None = None) -> float:
     """How often a row's exact top 5 (itself left out) lie among its `reach` best by the
-    sample's projection on `dims` principal axes: for `queries` rows of `sample`, as recall@5
-    (what a graph over the projection can find at best, re-scoring `reach` candidates)."""
+    sample's projection on `dims` principal axes (`pca`, fitted on `sample`, or fitted here):
+    for `queries` rows of `sample`, as recall@5 (what a graph over the projection can find at
+    best, re-scoring `reach` candidates)."""
     at = np.random.default_rng(len(sample)).choice(len(sample), min(queries, len(sample)),
                                                     replace=False)
-    pca = faiss.PCAMatrix(sample.shape[1], dims)
-    pca.train(sample)
+    if pca is None:
+        pca = faiss.PCAMatrix(sample.shape[1], dims)
+        pca.train(sample)
     proj = pca.apply(sample)
     want = _best_rows(sample, at, 5)
     got = _best_rows(proj, at, reach)
