@@ -13,6 +13,7 @@ camera frame covered: a sector, with its bounding box in the R*Tree `view_xy`, f
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -52,6 +53,20 @@ Key = tuple[str, str]  # (model_id, stream)
 _COLUMNS = (
     "id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, note_key"
 )
+
+# Up to this many ids are fetched as a UNION ALL of point lookups: `id IN (...)` first builds
+# and sorts an ephemeral index of its values, an eighth of fetching a search's five rows.
+POINT_LOOKUPS_MAX = 16
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_by_id(table: str, n: int) -> str:
+    """The SELECT of `n` rows of `table` by id (archived rows flagged by a trailing 1)."""
+    cols = _COLUMNS + (", 1" if table == "archive" else "")
+    if n <= POINT_LOOKUPS_MAX:
+        return " UNION ALL ".join([f"SELECT {cols} FROM {table} WHERE id = ?"] * n)
+    return f"SELECT {cols} FROM {table} WHERE id IN ({','.join('?' * n)})"
+
 
 PAGE_SIZE = 8192
 READ_MMAP_BYTES = 1 << 30  # the most of memory.db the read connection maps
@@ -678,13 +693,9 @@ class SqliteObservationStore(ObservationStore):
         with self._rlock:
             for table in tables:
                 want = [i for i in ids if i not in out]
-                flag = ", 1" if table == "archive" else ""
                 for start in range(0, len(want), 500):
                     chunk = want[start:start + 500]
-                    marks = ",".join("?" * len(chunk))
-                    for r in self._r.execute(
-                        f"SELECT {_COLUMNS}{flag} FROM {table} WHERE id IN ({marks})", chunk
-                    ):
+                    for r in self._r.execute(_rows_by_id(table, len(chunk)), chunk):
                         out[r[0]] = self._row(r)
         return out
 
