@@ -156,9 +156,15 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
         assert 11.0 <= r["pose"]["x"] <= 12.2 and r["pose"]["y"] == pytest.approx(7.0)
 
     # The services keep answering per contract, bad requests included.
-    streams = {s["name"]: s for s in call(caller, "streams")["streams"]}
+    listing = call(caller, "streams")
+    streams = {s["name"]: s for s in listing["streams"]}
     assert {"camera", "lidar", "odom"} <= set(streams)
     assert streams["camera"]["semantic"] is True and streams["odom"]["semantic"] is False
+    # What an unfiltered semantic search uses, per embedding model: a store this small is
+    # searched exactly, so no graph and no calibrated promise yet.
+    assert listing["indexes"] and all(
+        e["graph"] == "exact" and e["vectors"] > 0 and "ef_search" not in e
+        for e in listing["indexes"])
     bad = call(caller, "search", '{"radius": -1, "near_x": 0, "near_y": 0}')
     assert bad["ok"] is False and bad["error"]["code"] == "bad_request"
     saved = call(caller, "save", "the hallway light flickers")
