@@ -59,9 +59,10 @@ class Freshness:
     simulator's header time) does not make every pose stale.
 
     `queued_s`, when the middleware says when it received a sample, is how long the sample then
-    waited for our callback: taken off the delay, so the offset is the transport's and the
-    clocks' only, and a listener whose queue was already behind at its first sample (a busy
-    host from the start) shows that wait as age instead of learning it as an offset.
+    waited for our callback: taken off the delay (down to zero, never below), so the offset is
+    the transport's and the clocks' only, and a listener whose queue was already behind at its
+    first sample (a busy host from the start) shows that wait as age instead of learning it as
+    an offset. A node clock that stands still (a finished or paused replay) ages nothing.
     """
 
     WINDOW_S = 30.0
@@ -75,7 +76,13 @@ class Freshness:
         if now <= 0.0:  # use_sim_time before the first /clock: a delay of -stamp, not one
             return
         entry = self._seen.get(key)
-        delay = now - stamp - queued_s  # when it reached us, not when we read it
+        # When it reached us, not when we read it; but a wait never takes the delay below
+        # zero. The wait is wall time converted at the clock's recent rate, and the node clock
+        # need not have run on through it (a replay that ended or paused while the sample sat
+        # in the queue, a /clock subscription held up with it): counted in full, it would be
+        # learnt as a negative offset, and every pose after it would look that much older.
+        raw = now - stamp
+        delay = raw - min(queued_s, max(raw, 0.0))
         if -self.JITTER_S < delay < 0.0:
             # A transform stamped a moment ahead of our clock (a /clock that updates at 50 Hz
             # under simulated time, NTP jitter) is on time, not a clock offset: taken as the

@@ -165,3 +165,40 @@ def test_a_queue_wait_in_wall_seconds_counts_at_the_clocks_rate(history):
     pose = history.current_pose()
     assert pose.x == pytest.approx(39.0)
     assert pose.stale and pose.age_s == pytest.approx(0.8), pose
+
+
+def test_tf_read_late_after_a_replay_ends_does_not_age_the_pose(history):
+    """A replay at 2x into a listener that falls behind in its last second: the replay ends,
+    its clock stands at the last message's time, and the listener then reads the /tf messages
+    left in its queue. Each waited up to a wall second, but the node clock did not run on
+    through that wait (the replay had ended), so the wait is no age and no clock offset: the
+    robot's pose stays fresh while the clock stands, however long, and goes stale only once
+    the clock runs on without TF. (A wait converted at the replay's 2x rate was learnt as a
+    -2 s offset, and every pose after it was 2 s old.)"""
+    box = history.clock_box
+    wall = {"t": 100.0}
+    history.wall = lambda: wall["t"]
+    for _ in range(400):  # 10 s of 40 Hz /tf at 2x (5 wall seconds), each read on time
+        wall["t"] += 0.0125
+        box.now += 0.025
+        history.on_tf([tf("map", "base_link", box.now, x=1.0)])
+    late = []
+    for _ in range(40):  # the last wall second: the listener is held up, /clock still moves
+        wall["t"] += 0.0125
+        box.now += 0.025
+        late.append((box.now, wall["t"]))
+    end = box.now  # the replay's last /clock
+    wall["t"] += 1.0  # the listener is still held up for a second after the replay's end
+    for stamp, received in late:  # read after the end, each after its wait in the queue
+        wall["t"] += 0.002
+        history.on_tf([tf("map", "base_link", stamp, x=2.0)],
+                      queued_wall_s=wall["t"] - received)
+    pose = history.current_pose(end)
+    assert pose.x == pytest.approx(2.0)
+    assert not pose.stale and pose.age_s == pytest.approx(0.0, abs=0.05), pose
+    wall["t"] += 60.0  # a minute later, the replay still finished: the clock stands still
+    pose = history.current_pose(end)
+    assert not pose.stale and pose.age_s == pytest.approx(0.0, abs=0.05), pose
+    # A robot whose TF stops on a running clock still goes stale.
+    pose = history.current_pose(end + 0.8)
+    assert pose.stale and pose.age_s == pytest.approx(0.8, abs=0.05), pose

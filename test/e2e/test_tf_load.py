@@ -265,3 +265,79 @@ def test_map_odom_in_the_publisher_is_what_the_bench_reports():
 
     x, y, yaw = compose(MAP_ODOM, odom_base_for(ROBOT_POSE))
     assert (x, y, yaw) == pytest.approx(ROBOT_POSE)
+
+
+def test_a_finished_replay_never_ages_the_pose_and_a_running_clock_does(ros, ros_process,
+                                                                        tmp_path):
+    """Issue 40: under simulated time the pose's age is how old the newest transform is on
+    the node clock. A replay that has finished leaves the clock standing at its last message,
+    so saves, place names and `near_here` searches afterwards are answered at that pose,
+    however long after; once the clock runs on without TF, the pose goes stale."""
+    from geometry_msgs.msg import TransformStamped
+    from rosgraph_msgs.msg import Clock
+    from tf2_msgs.msg import TFMessage
+
+    from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
+
+    caller, node = ros
+    proc = ros_process([*_memory_node(), "--memory-dir", str(tmp_path / "mem"),
+                        "--use-sim-time"])
+    proc.wait_for_line("recording", timeout=60)
+    clock_pub = node.create_publisher(Clock, "/clock", 10)
+    tf_pub = node.create_publisher(TFMessage, "/tf", 100)
+    wait_until(lambda: tf_pub.get_subscription_count() and clock_pub.get_subscription_count(),
+               "memory-node subscribed to /tf and /clock", timeout=30)
+    x, y, yaw = ROBOT_POSE
+    t_sim = 1_764_460_800.0
+
+    def publish_clock(t: float) -> None:
+        msg = Clock()
+        msg.clock = seconds_to_stamp(t)
+        clock_pub.publish(msg)
+
+    start = time.monotonic()
+    while time.monotonic() - start < 4.0:  # 8 s of bag time at 2x, /tf at 40 Hz of bag time
+        t_sim += 0.025
+        publish_clock(t_sim)
+        ts = TransformStamped()
+        ts.header.frame_id, ts.child_frame_id = "map", "base_link"
+        ts.header.stamp = seconds_to_stamp(t_sim)
+        ts.transform.translation.x, ts.transform.translation.y = x, y
+        q = quaternion_from_yaw(yaw)
+        r = ts.transform.rotation
+        r.x, r.y, r.z, r.w = q
+        tf_pub.publish(TFMessage(transforms=[ts]))
+        time.sleep(0.0125)
+    end = t_sim  # the replay's end: its last /clock is its last message's time
+
+    time.sleep(2.5)  # the clock stands still: nothing ages
+    answers = [_call(caller, "save", "replay finished: standing at the known pose"),
+               _call(caller, "save", json.dumps({"place": "parking spot", "radius": 0.8})),
+               _call(caller, "search", json.dumps({"near_here": True, "radius": 1.0}))]
+    time.sleep(2.5)
+    answers.append(_call(caller, "save", json.dumps({"place": "charger", "radius": 0.8})))
+    for answer in answers:
+        assert answer["ok"], answer
+    for answer in (answers[0], answers[1], answers[3]):
+        pose = answer["pose"]
+        assert math.hypot(pose["x"] - x, pose["y"] - y) < POSE_TOL_M, answer
+        assert pose["age_s"] < MAX_AGE_S and "stale" not in pose, answer
+    assert answers[0]["t"] == pytest.approx(end, abs=CLOCK_SLACK_S), answers[0]
+    assert [r["id"] for r in answers[2]["results"]] == [answers[0]["id"]], answers[2]
+
+    # The clock runs on (1 s of bag time) with no TF: the same pose is now stale.
+    for _ in range(40):
+        t_sim += 0.025
+        publish_clock(t_sim)
+        time.sleep(0.0125)
+
+    def stale_save() -> dict | None:
+        answer = _call(caller, "save", "the clock runs on without TF")
+        return answer if answer["ok"] and answer["pose"].get("stale") else None
+    stale = wait_until(stale_save, "a save marked stale once the clock ran on", timeout=20,
+                       interval=0.2)
+    assert stale["pose"]["age_s"] > MAX_AGE_S, stale
+    near = _call(caller, "search", json.dumps({"near_here": True, "radius": 1.0}))
+    assert not near["ok"] and near["error"]["code"] == "unavailable", near
+    place = _call(caller, "save", json.dumps({"place": "too late", "radius": 0.8}))
+    assert not place["ok"] and place["error"]["code"] == "unavailable", place
