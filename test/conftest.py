@@ -16,7 +16,8 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from ros_helpers import Process, isolate_ros_environment, spawn, stop
+import secret_guard
+from ros_helpers import STARTED, Process, isolate_ros_environment, spawn, stop
 
 _ISOLATION = isolate_ros_environment()
 # rclpy's log files go to a folder of this run (removed at exit), not ~/.ros/log.
@@ -41,6 +42,7 @@ _SLOW = {"e2e/test_soak.py", "e2e/test_import_e2e.py", "bench/test_bench_smoke.p
          "core/test_index_cache.py::test_sigkill_mid_persist_leaves_a_valid_cache_or_none",
          "core/test_index_cache.py::test_processes_persisting_to_one_directory_all_succeed"}
 _TEST_ROOT = os.path.dirname(os.path.abspath(__file__))
+_SECRET_SCAN = pytest.StashKey[tuple[float, int]]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -54,6 +56,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             marks.add("slow")
         for name in sorted(marks):
             item.add_marker(name)
+
+
+secret_guard.install()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_SECRET_SCAN] = (secret_guard.now(), len(STARTED))
+    secret_guard.take_outputs()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """No secret a test used may reach what it printed, what its processes printed or the
+    ROS log files written meanwhile: such a test fails at teardown, naming where."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "teardown" or _SECRET_SCAN not in item.stash:
+        return
+    since, first = item.stash[_SECRET_SCAN]
+    places = {
+        "captured output": [content for _, content in report.sections],
+        "spawned processes": [proc.output for proc in STARTED[first:]],
+        "subprocess.run output": secret_guard.take_outputs(),
+        "ROS log files": secret_guard.log_files_since(os.environ.get("ROS_LOG_DIR"), since),
+    }
+    found = {where: secret_guard.leaks(texts) for where, texts in places.items()}
+    found = {where: hits for where, hits in found.items() if hits}
+    if found and report.passed:
+        report.outcome = "failed"
+        report.longrepr = "a secret reached an output or a log: " + "; ".join(
+            f"{', '.join(hits)} in {where}" for where, hits in found.items())
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -149,7 +149,13 @@ def spawn(
         text=True,
         start_new_session=True,  # its own group: stop() can kill children it started
     )
-    return Process(popen)
+    proc = Process(popen)
+    STARTED.append(proc)
+    return proc
+
+
+# Every process spawned, in order: conftest scans the output of a test's for secrets.
+STARTED: list[Process] = []
 
 
 def stop(proc: Process, timeout: float = 10.0) -> int:

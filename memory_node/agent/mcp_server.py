@@ -41,6 +41,7 @@ from memory_node.agent.client import EngineClient, MemoryClient
 from memory_node.agent.prompt import MEMORY_PROMPT_SECTION
 from memory_node.agent.skills import Clock, Skill, get_skills
 from memory_node.core.parameters import split_ros_args
+from memory_node.core.secrets import mask_log_handlers
 
 __all__ = ["BearerTokenMiddleware", "MemoryMCPServer", "main"]
 
@@ -222,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # stdout is the protocol on stdio: every log line goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    mask_log_handlers()  # uvicorn's access log would show a ?token= query, for one
     try:
         client = _make_client(args, ros_args)
     except Exception as exc:  # noqa: BLE001 - one clear line, not a trace, for a bad setup

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from memory_node.core.secrets import mask_log_handlers
 from memory_node.ros.replay import ReplayError, open_reader
 
 STREAMS = ("camera", "lidar", "odom")
@@ -649,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
               "import (see --dry-run)", file=err)
         return 2
     logging.basicConfig(level=logging.WARNING, format="memory-import: %(message)s")
+    mask_log_handlers()
     from memory_node.core.engine import MemoryEngine
     from memory_node.core.recorder import ManualClock
 

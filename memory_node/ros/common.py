@@ -14,6 +14,7 @@ from rclpy.subscription import Subscription
 from memory_node.core.config import MemoryConfig
 from memory_node.core.pose_history import PoseHistory
 from memory_node.core.recorder_settings import with_robot_prefix
+from memory_node.core.secrets import mask_secrets
 from memory_node.ros import params
 
 # Deep: when a busy process falls behind, DDS drops the oldest samples past this depth, and
@@ -38,6 +39,44 @@ TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
 # 5 of 8,000 requests of 8 busy clients never answered). Deep, so none is pushed out.
 CLIENT_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
+
+
+class MaskedLogger:
+    """An rclpy logger whose messages have their secrets masked (core.secrets) before they
+    reach the console, /rosout and ~/.ros/log."""
+
+    def __init__(self, logger: Any) -> None:
+        self._logger = logger
+
+    def _say(self, level: str, message: Any, **kwargs: Any) -> Any:
+        return getattr(self._logger, level)(mask_secrets(str(message)), **kwargs)
+
+    def debug(self, message: Any, **kwargs: Any) -> Any:
+        return self._say("debug", message, **kwargs)
+
+    def info(self, message: Any, **kwargs: Any) -> Any:
+        return self._say("info", message, **kwargs)
+
+    def warning(self, message: Any, **kwargs: Any) -> Any:
+        return self._say("warning", message, **kwargs)
+
+    warn = warning
+
+    def error(self, message: Any, **kwargs: Any) -> Any:
+        return self._say("error", message, **kwargs)
+
+    def fatal(self, message: Any, **kwargs: Any) -> Any:
+        return self._say("fatal", message, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+class MaskedLogging:
+    """For a node class: `get_logger()` masks secrets in every message it logs."""
+
+    def get_logger(self) -> Any:
+        return MaskedLogger(super().get_logger())  # type: ignore[misc]
 
 
 def ros_network() -> str:

@@ -12,7 +12,8 @@ typed after it still wins over it, and `/**` still carries it to a node under a 
 (which neither the file's sections nor a qualified rule reach).
 
 The same walk over the arguments tells which values come from the command line and differ
-from the files, for the start line (`lidar_topic = /utlidar/cloud (command line)`).
+from the files, for the start line (`lidar_topic = /utlidar/cloud (command line)`), with any
+secret in a value masked (`fleet_url = postgresql://go2-a:***@/fleet (command line)`).
 Pure Python: no rclpy, so it is checked without a ROS graph.
 """
 
@@ -24,6 +25,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import yaml
+
+from memory_node.core.secrets import mask_secrets, mask_value
 
 # rcl's ROS-argument flags that take the next argument as their value.
 _VALUE_FLAGS = {"-r", "--remap", "-p", "--param", "--params-file", "-e", "--enclave",
@@ -53,7 +56,7 @@ class CommandLine:
             parts.append("parameters from " + ", ".join(self.files))
         if notes:
             parts.append(("" if parts else "parameters: ") + ", ".join(notes))
-        return "; ".join(parts)
+        return mask_secrets("; ".join(parts))
 
 
 @dataclasses.dataclass
@@ -154,7 +157,8 @@ class _Walk:
             return
         target, raw = value.split(":=", 1)
         parsed = _parse_value(raw)
-        setting = _Setting(parsed, f"{target} = {show(parsed)}", len(self.out))
+        setting = _Setting(parsed, f"{target} = {mask_value(target, show(parsed))}",
+                           len(self.out))
         if ":" in target:  # node-qualified: `memory_recorder:lidar_topic:=...`
             node, name = target.split(":", 1)
             self.given.set(node, name, setting)

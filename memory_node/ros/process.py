@@ -22,6 +22,7 @@ from typing import Any
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 
+from memory_node.core.secrets import mask_log_handlers, mask_secrets
 from memory_node.ros import param_args
 
 # How long the spin loop sleeps in the middleware between looks at the stop flag.
@@ -82,8 +83,9 @@ def init_ros(prog: str, args: Sequence[str] | None = None, *, nodes: Sequence[st
         args, line = cmdline.args, cmdline.start_line(notes)
     rclpy.init(args=list(args) if args is not None else None,
                signal_handler_options=SignalHandlerOptions.NO)
+    mask_log_handlers()  # the core's own warnings (logging) reach stderr too
     if line:
-        get_logger(prog.replace("-", "_")).info(line)
+        get_logger(prog.replace("-", "_")).info(mask_secrets(line))
     stop = StopRequest(prog)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)

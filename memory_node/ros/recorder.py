@@ -36,6 +36,7 @@ from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.core.recorder_settings import with_robot_prefix
 from memory_node.ros import params
 from memory_node.ros.common import (
+    MaskedLogging,
     PoseTracker,
     declare_engine_params,
     engine_config_from_params,
@@ -63,7 +64,7 @@ class TopicWatch:
     others: tuple[str, ...] = ()  # topics of its type named in the last warning
 
 
-class MemoryRecorder(Node):
+class MemoryRecorder(MaskedLogging, Node):
     """`poses`: the process's TF listener when another node owns it (memory-node); by default
     the recorder listens to TF itself. Raises ParameterError for a parameter that cannot be
     used (before subscribing to anything)."""

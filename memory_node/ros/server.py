@@ -31,6 +31,7 @@ from memory_node.core.engine import MemoryEngine, dumps
 from memory_node.core.errors import Unavailable
 from memory_node.ros import params
 from memory_node.ros.common import (
+    MaskedLogging,
     PoseTracker,
     declare_engine_params,
     engine_config_from_params,
@@ -63,7 +64,7 @@ SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/mem
             "streams": "/memory/streams"}
 
 
-class MemoryServer(LifecycleNode):
+class MemoryServer(MaskedLogging, LifecycleNode):
     """`poses`: the process's TF listener when another node owns it (memory-node); by default
     the server listens to TF itself. `advertise=False` leaves the services to `advertise()`,
     so a process can check every node's parameters before any service appears. Raises

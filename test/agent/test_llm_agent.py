@@ -7,6 +7,7 @@ import json
 
 from chat_server import ChatServer
 from engine_support import FakeClock, PoseBox, make_engine
+from secret_guard import LLM_API_KEY
 
 from memory_node.agent.client import EngineClient
 from memory_node.agent.llm_agent import run_turn
@@ -29,7 +30,7 @@ def test_model_calls_a_memory_tool_then_answers(tmp_path):
     try:
         with ChatServer(tool_calling_model) as srv:
             eng.save("Met Alice at the front door.")
-            chat = ChatClient(LLMSettings(srv.base_url, "sk-x", "gpt-5.5"))
+            chat = ChatClient(LLMSettings(srv.base_url, LLM_API_KEY, "gpt-5.5"))
             seen = []
             result = run_turn(chat, EngineClient(eng), "Who did I greet at the door?",
                               on_tool=lambda *a: seen.append(a))

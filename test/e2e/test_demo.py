@@ -27,7 +27,7 @@ def scripted_model(body):
 def test_demo_passes_its_ground_truth_checks(tmp_path):
     lines: list[str] = []
     with ChatServer(scripted_model) as srv:
-        chat = ChatClient(LLMSettings(srv.base_url, "sk-demo", "gpt-5.5"))
+        chat = ChatClient(LLMSettings(srv.base_url, "sk-demo-key", "gpt-5.5"))
         result = run_demo(tmp_path, rate=3.0, echo=lines.append, llm=chat)
     text = "\n".join(lines)
     checks = result["turns"].checks

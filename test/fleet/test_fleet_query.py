@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from engine_support import T0, FakeClock, PoseBox, make_engine, minilm
+from secret_guard import FLEET_PASSWORD
 
 from memory_node.core.types import Observation, Pose, View
 from memory_node.fleet.credentials import (
@@ -445,9 +446,12 @@ def test_memory_server_backend_fleet_serves_the_same_services(fleet, ros_process
 
     from memory_node.ros.cli import ServiceCaller
 
+    # A password in the URL (the server trusts local connections, so it is not checked):
+    # it must reach no answer, no output and no ROS log (conftest scans them all).
+    url = _with_password(fleet["url"])
     proc = ros_process(["-m", "memory_node.ros.server", "--ros-args", "-p", "backend:=fleet",
                         "-p", "robot_id:=r1", "-p", f"memory_dir:={tmp_path / 'unused'}"],
-                       env={"MEMORY_FLEET_URL": fleet["url"]})
+                       env={"MEMORY_FLEET_URL": url})
     proc.wait_for_line(r"active: /memory/search", timeout=120)
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
@@ -458,18 +462,43 @@ def test_memory_server_backend_fleet_serves_the_same_services(fleet, ros_process
                                      30.0))
         assert ans["ok"], ans
         assert ans["results"] and {r["robot"] for r in ans["results"]} <= {"r2", "r3"}
-        streams = json.loads(caller.call("streams", None, 30.0))
+        streams_text = caller.call("streams", None, 30.0)
+        streams = json.loads(streams_text)
         assert streams["ok"] and {s["name"] for s in streams["streams"]} >= {"camera", "events"}
+        assert FLEET_PASSWORD not in streams_text
     finally:
         caller.close()
         rclpy.shutdown(context=ctx)
     assert stop(proc) == 0
     log = proc.output
-    assert f"configured: the fleet store {redact(fleet['url'])} (read-only), asked as robot " \
+    assert f"configured: the fleet store {redact(url)} (read-only), asked as robot " \
         "'r1'" in log, log
+    assert ":***@" in redact(url) and FLEET_PASSWORD not in log
     assert "fleet store connection closed" in log, log
     assert "memory at" not in log and "index cache" not in log, log
     assert not (tmp_path / "unused").exists()
+
+
+def _with_password(url: str) -> str:
+    """`url` with the tests' fleet password for its user."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    user = (user or "postgres").split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:{FLEET_PASSWORD}@{host}"))
+
+
+def test_a_password_typed_as_a_parameter_is_refused_and_never_printed(ros_process):
+    """Issue 40: `memory-server -p fleet_url:=postgresql://go2-a:PW@...` is refused, and the
+    start line before the refusal, which names each value's origin, shows the URL with its
+    password masked (the console and ~/.ros/log are readable by every user)."""
+    url = f"postgresql://go2-a:{FLEET_PASSWORD}@/postgres?host=/var/run/postgresql"
+    proc = ros_process(["-m", "memory_node.ros.server", "--ros-args", "-p", "backend:=fleet",
+                        "-p", f"fleet_url:={url}"])
+    proc.wait_for_line(r"configure failed: CredentialError", timeout=60)
+    log = proc.output
+    assert "fleet_url = postgresql://go2-a:***@/postgres?host=/var/run/postgresql " \
+        "(command line)" in log, log
+    assert FLEET_PASSWORD not in log
 
 
 def test_skills_on_a_fleet_take_robot_and_say_which_robot(fleet):
