@@ -56,3 +56,26 @@ def test_an_echoed_llm_key_reaches_no_output_or_log(ros_process, tmp_path):
     assert LLM_API_KEY not in failed + written
     assert "401" in failed, failed  # the refusal is reported, its key is not
     assert LLM_API_KEY not in proc.output
+
+
+def test_a_node_logger_masks_secrets_at_every_level(capfd):
+    """The nodes' loggers mask what they log; one node logs at several severities in turn
+    (rclpy refuses a call site that changes severity, so each level is a site of its own)."""
+    from memory_node.ros.common import MaskedLogger
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("masked_logger_test", context=ctx)
+    try:
+        log = MaskedLogger(node.get_logger())
+        for _ in range(2):
+            log.warning(f"fleet at postgresql://go2-a:{LLM_API_KEY}@db/fleet unreachable")
+            log.info(f"key {LLM_API_KEY}")
+            log.error(f"Authorization: Bearer {LLM_API_KEY}")
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert LLM_API_KEY not in text
+    assert text.count("postgresql://go2-a:***@db/fleet") == 2 and text.count("Bearer ***") == 2
