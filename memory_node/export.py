@@ -335,18 +335,20 @@ def _write_row(out: _Channels, root: Path, row: Observation, view: View | None) 
 def _image_format(row: Observation) -> str | None:
     if row.ref is None:
         return None
-    return IMAGE_FORMATS.get(Path(row.ref).suffix.lower())
+    return IMAGE_FORMATS.get(os.path.splitext(row.ref)[1].lower())
 
 
 def _blob(root: Path, row: Observation, summary: ExportSummary) -> bytes | None:
-    """A row's blob, or None (counted) when it is gone or lies outside the memory directory."""
-    assert row.ref is not None
-    path = (root / row.ref).resolve()
-    if not path.is_relative_to(root.resolve()):
+    """A row's blob, or None (counted) when it is gone or its reference leaves the memory
+    directory (a hand-edited database: refs are relative paths under blobs/)."""
+    ref = row.ref
+    assert ref is not None
+    if os.path.isabs(ref) or ".." in ref.replace("\\", "/").split("/"):
         summary.skipped[f"{row.stream} blobs outside the memory"] += 1
         return None
     try:
-        return path.read_bytes()
+        with open(os.path.join(root, ref), "rb") as f:
+            return f.read()
     except OSError:
         summary.skipped[f"{row.stream} blobs missing"] += 1
         return None

@@ -325,18 +325,27 @@ def test_what_cannot_be_exported_is_one_line_and_no_file(memory, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "bare", "empty"]
 
 
-def test_a_missing_blob_is_passed_over_and_said(memory, tmp_path):
+def test_a_missing_or_outside_blob_is_passed_over_and_said(memory, tmp_path):
     copy = tmp_path / "memory"
     shutil.copytree(memory, copy)
     camera = [r for r in _rows(copy) if r["stream"] == "camera"]
     (copy / camera[3]["ref"]).unlink()
+    # A reference out of the memory directory (a hand-edited database) is never read.
+    lidar = [r for r in _rows(copy) if r["stream"] == "lidar"]
+    secret = tmp_path / "secret.npy"
+    np.save(secret, np.zeros((4, 3), np.float32))
+    with sqlite3.connect(copy / "memory.db") as con:
+        con.execute("UPDATE observations SET ref = ? WHERE id = ?",
+                    ("../secret.npy", lidar[2]["id"]))
     out = tmp_path / "out.mcap"
     done = run("memory-export", "--mcap", out, "--memory-dir", copy)
     assert done.returncode == 0, done.stderr
-    assert "skipped: 1 camera blobs missing" in done.stdout
+    assert "skipped: 1 camera blobs missing, 1 lidar blobs outside the memory" in done.stdout
     _, messages = read_mcap(out)
     assert [t for t, _ in messages["/memory/camera/image"]] == [
         _ns(r["t"]) for i, r in enumerate(camera) if i != 3]
+    assert [t for t, _ in messages["/memory/lidar/points"]] == [
+        _ns(r["t"]) for i, r in enumerate(lidar) if i != 2]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
