@@ -27,7 +27,9 @@ import argparse
 import io
 import math
 import os
+import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -120,7 +122,10 @@ class ExportSummary:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # beyond the calendar: say the number
+        return f"{t:g} s since the epoch"
 
 
 def _ns(t: float) -> int:
@@ -191,17 +196,48 @@ def export_mcap(memory_dir: Path, out: Path, *, t_min: float | None = None,
     except OSError as exc:
         raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
     try:
-        _write(sink, cfg, rows, views, places, summary, t_min, t_max)
-        sink.finish()
-        os.replace(tmp, out)
+        with _Interrupts() as stop:
+            _write(sink, cfg, rows, views, places, summary, t_min, t_max, stop)
+            sink.finish()
+            os.replace(tmp, out)
     except BaseException as exc:  # a full disk, a write error, Ctrl-C: nothing left behind
         sink.abandon()
         if isinstance(exc, OSError):
             raise ExportError(f"cannot write {out}: {exc.strerror or exc}", status=1) from None
         if isinstance(exc, Exception) and not isinstance(exc, ExportError):
-            raise ExportError(f"cannot write {out}: {exc}", status=1) from None
+            raise ExportError(f"writing {out} failed: {exc}", status=1) from None
         raise
     return summary
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM only note that the user wants to stop while the file is written:
+    raised inside the writer's own calls back into Python, the interrupt would break the
+    writer midway (a stream of errors, not a stop); the export checks after each row and
+    stops there, leaving no file. Off the main thread (a library caller) nothing changes."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._old[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 class _Sink:
@@ -283,7 +319,7 @@ class _Channels:
 
 def _write(sink: _Sink, cfg: MemoryConfig, rows: Sequence[Observation], views: dict[int, View],
            places: Sequence[Any], summary: ExportSummary, t_min: float | None,
-           t_max: float | None) -> None:
+           t_max: float | None, stop: _Interrupts) -> None:
     import foxglove
 
     ctx = foxglove.Context()  # this export's channels only, not the process's global ones
@@ -301,6 +337,7 @@ def _write(sink: _Sink, cfg: MemoryConfig, rows: Sequence[Observation], views: d
         for row in rows:
             _write_row(out, cfg.root, row, views.get(row.id) if row.id is not None else None)
             sink.check()
+            stop.check()
         writer.write_metadata("memory_node", {
             "memory_dir": str(cfg.root.resolve()),
             "after": "" if t_min is None else repr(t_min),
@@ -534,8 +571,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Open OUT in Foxglove (File > Open local file, or drop it on the window); set the "
                "3D panel's display frame to the pose frame (map). Exit status: 0 when OUT was "
-               "written, 1 when there was nothing to export or writing failed (no OUT left "
-               "behind), 2 for a memory directory, time or OUT that cannot be used.")
+               "written, 1 when there was nothing to export or writing failed, 2 for a memory "
+               "directory, time or OUT that cannot be used, 130 when interrupted; OUT is "
+               "written whole or left as it was.")
     parser.add_argument("--mcap", type=Path, required=True, metavar="OUT",
                         help="the MCAP file to write (replaced when it exists)")
     parser.add_argument("--memory-dir", metavar="D",
@@ -564,6 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as exc:
         print(f"memory-export: {exc}", file=sys.stderr)
         return exc.status
+    except KeyboardInterrupt:
+        print(f"memory-export: interrupted; {args.mcap} not written", file=sys.stderr)
+        return 130
     print(summary.line())
     return 0
 

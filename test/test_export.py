@@ -12,9 +12,11 @@ import json
 import math
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -364,3 +366,43 @@ def test_a_full_disk_leaves_the_old_file_and_no_partial_one(memory, tmp_path):
     assert done.stdout.splitlines() == ["rc=1", "out.mcap", "previous"], done.stderr
     [line] = done.stderr.splitlines()
     assert line == f"memory-export: cannot write {disk}/out.mcap: No space left on device"
+
+
+def test_ctrl_c_stops_at_the_next_row_and_leaves_the_old_file(memory, tmp_path):
+    """SIGINT while a blob is being read (a FIFO holds the export there until the signal
+    has been sent): exit 130, one line, OUT as it was, no temporary file."""
+    copy = tmp_path / "memory"
+    shutil.copytree(memory, copy)
+    camera = [r for r in _rows(copy) if r["stream"] == "camera"]
+    fifo = copy / camera[4]["ref"]
+    fifo.unlink()
+    os.mkfifo(fifo)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "out.mcap"
+    out.write_text("previous")
+    proc = subprocess.Popen(
+        [*_command("memory-export"), "--mcap", str(out), "--memory-dir", str(copy)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # opening the FIFO to write succeeds once the export reads from it
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        os.write(fd, b"\xff\xd8\xff not a whole JPEG")
+        os.close(fd)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert stdout == "" and stderr == f"memory-export: interrupted; {out} not written\n"
+    assert out.read_text() == "previous" and list(out_dir.iterdir()) == [out]
