@@ -343,6 +343,7 @@ setup(
             "memory-sync = memory_node.fleet.sync:main",
             "memory-eval = memory_node.eval:main",
             "memory-models = memory_node.models:main",
+            "memory-export = memory_node.export:main",
         ],
     },
     distclass=BinaryDistribution,

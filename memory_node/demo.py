@@ -5,8 +5,9 @@ Steps: generate (or reuse) the seeded sample bag; start `memory-node --use-sim-t
 store; replay the bag with /clock; while the robot stands at the front door with a person
 there, the scripted agent calls `remember`; afterwards it asks where the brightest place is,
 whether it has been here before, who it greeted at the door, and a combined spatial + temporal
-+ semantic question. It writes a top-down PNG of trajectory, keyframes, notes and hits, and the
-server publishes each search's hits on /memory/markers (visualization_msgs/MarkerArray).
++ semantic question. It writes a top-down PNG (metres, a scale bar) of trajectory, keyframes,
+notes and hits, and the server publishes each search's hits on /memory/markers
+(visualization_msgs/MarkerArray).
 """
 
 from __future__ import annotations
@@ -198,11 +199,122 @@ def wait_until_settled(client: Any, quiet_s: float = 3.0, timeout: float = 60.0)
 
 
 # ---- the picture ------------------------------------------------------------------------
+def tick_step(span_m: float, max_ticks: int = 10) -> float:
+    """The step of round axis ticks (1, 2 or 5 x 10^k metres) giving at most `max_ticks`."""
+    raw = max(span_m, 1e-9) / max_ticks
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    return next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+
+
+def ticks(lo: float, hi: float, max_ticks: int = 10) -> list[float]:
+    """Round metre values from lo to hi (both inclusive), `tick_step` apart."""
+    step = tick_step(hi - lo, max_ticks)
+    first = math.ceil(lo / step - 1e-9) * step
+    n = int(math.floor((hi - first) / step + 1e-9)) + 1
+    return [round(first + i * step, 9) + 0.0 for i in range(max(n, 0))]
+
+
+def scale_bar_m(span_m: float) -> float:
+    """A scale bar's length: the longest round length (1, 2 or 5 x 10^k m) within a fifth of
+    the span."""
+    target = max(span_m, 1e-9) / 5
+    magnitude = 10.0 ** math.floor(math.log10(target))
+    return max(m * magnitude for m in (1, 2, 5) if m * magnitude <= target * (1 + 1e-9))
+
+
+def _metres(v: float) -> str:
+    return f"{v:g}"
+
+
+@dataclass(frozen=True)
+class MapView:
+    """A top-down plan: world (x0..x1, y0..y1) in metres at `scale` px/m, drawn with margins
+    for the axes' labels (left, bottom) and the legend (below)."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    scale: float = 60.0
+    left: int = 48
+    top: int = 12
+    right: int = 12
+    bottom: int = 36  # the x axis' tick labels and title
+    legend: int = 50
+    min_width: int = 580  # the legend's two lines
+
+    @property
+    def plot_w(self) -> int:
+        return int(round((self.x1 - self.x0) * self.scale))
+
+    @property
+    def plot_h(self) -> int:
+        return int(round((self.y1 - self.y0) * self.scale))
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) of the whole picture in pixels."""
+        return (self.top + self.plot_h + self.bottom + self.legend,
+                max(self.left + self.plot_w + self.right, self.min_width))
+
+    def px(self, x: float, y: float) -> tuple[int, int]:
+        return (self.left + int(round((x - self.x0) * self.scale)),
+                self.top + int(round((self.y1 - y) * self.scale)))
+
+    def canvas(self) -> Any:
+        import numpy as np
+
+        return np.full((*self.size, 3), 250, np.uint8)
+
+    def draw_axes(self, img: Any, frame: str) -> dict[str, Any]:
+        """Grid, ticks labelled in metres on both axes, the axes' titles, the frame's name and
+        a scale bar; returns what it drew (tick values, the bar's length and pixel ends)."""
+        import cv2
+
+        font, ink, grid = cv2.FONT_HERSHEY_SIMPLEX, (60, 60, 60), (232, 232, 232)
+        left, top = self.left, self.top
+        right, bottom = left + self.plot_w, top + self.plot_h
+        # labelled ticks at least ~50 px apart
+        xs = ticks(self.x0, self.x1, max(2, self.plot_w // 50))
+        ys = ticks(self.y0, self.y1, max(2, self.plot_h // 50))
+        for x in xs:
+            u = self.px(x, self.y0)[0]
+            cv2.line(img, (u, top), (u, bottom), grid, 1)
+            cv2.line(img, (u, bottom), (u, bottom + 5), ink, 1)
+            label = _metres(x)
+            (w, _), _ = cv2.getTextSize(label, font, 0.4, 1)
+            cv2.putText(img, label, (u - w // 2, bottom + 18), font, 0.4, ink, 1, cv2.LINE_AA)
+        for y in ys:
+            v = self.px(self.x0, y)[1]
+            cv2.line(img, (left, v), (right, v), grid, 1)
+            cv2.line(img, (left - 5, v), (left, v), ink, 1)
+            label = _metres(y)
+            (w, h), _ = cv2.getTextSize(label, font, 0.4, 1)
+            cv2.putText(img, label, (left - 8 - w, v + h // 2), font, 0.4, ink, 1, cv2.LINE_AA)
+        cv2.rectangle(img, (left, top), (right, bottom), ink, 1)
+        cv2.putText(img, "x (m)", (right - 40, bottom + 32), font, 0.42, ink, 1, cv2.LINE_AA)
+        cv2.putText(img, "y (m)", (4, top + 10), font, 0.42, ink, 1, cv2.LINE_AA)
+        cv2.putText(img, f"frame: {frame}", (left + 8, top + 18), font, 0.45, ink, 1,
+                    cv2.LINE_AA)
+        bar = scale_bar_m(self.x1 - self.x0)
+        b1 = right - 16
+        b0 = b1 - int(round(bar * self.scale))
+        yb = bottom - 16
+        cv2.rectangle(img, (b0, yb - 2), (b1, yb + 2), (30, 30, 30), -1)
+        for end in (b0, b1):
+            cv2.line(img, (end, yb - 7), (end, yb + 7), (30, 30, 30), 2)
+        label = f"{_metres(bar)} m"
+        (w, _), _ = cv2.getTextSize(label, font, 0.45, 1)
+        cv2.putText(img, label, ((b0 + b1 - w) // 2, yb - 10), font, 0.45, (30, 30, 30), 1,
+                    cv2.LINE_AA)
+        return {"x_ticks": xs, "y_ticks": ys, "scale_bar_m": bar, "scale_bar_px": (b0, b1, yb)}
+
+
 def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
-             notes: list[dict]) -> Path:
-    """Top-down PNG: walls, trajectory, camera keyframes, notes and one query's hits."""
+             notes: list[dict], frame: str = "map") -> Path:
+    """Top-down PNG in `frame` (metres, a scale bar): walls, trajectory, camera keyframes,
+    notes and one query's hits."""
     import cv2
-    import numpy as np
 
     from memory_node.core.config import MemoryConfig
     from memory_node.core.store.sqlite_store import SqliteObservationStore
@@ -212,13 +324,10 @@ def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
     boxes = [r["box"] for r in truth.get("rooms", {}).values()]
     xs = [p[0] for p in pts] + [b[0] for b in boxes] + [b[2] for b in boxes] + [sample.door[0]]
     ys = [p[1] for p in pts] + [b[1] for b in boxes] + [b[3] for b in boxes] + [sample.door[1]]
-    x0, x1, y0, y1 = min(xs) - 1.5, max(xs) + 1.5, min(ys) - 1.5, max(ys) + 1.5
-    scale = 60.0
-    w, h = int((x1 - x0) * scale), int((y1 - y0) * scale)
-    img = np.full((h + 50, w, 3), 250, np.uint8)
-
-    def px(x: float, y: float) -> tuple[int, int]:
-        return int((x - x0) * scale), int((y1 - y) * scale)
+    view = MapView(min(xs) - 1.5, max(xs) + 1.5, min(ys) - 1.5, max(ys) + 1.5)
+    img = view.canvas()
+    view.draw_axes(img, frame)
+    px = view.px
 
     for name, room in truth.get("rooms", {}).items():
         x_min, y_min, x_max, y_max = room["box"]
@@ -230,7 +339,7 @@ def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
     store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
     try:
         for obs in store.rows("stream = 'camera'"):
-            if obs.pose is not None and obs.pose.frame == "map":
+            if obs.pose is not None and obs.pose.frame == frame:
                 lum = float(obs.tags.get("brightness", 0.5))  # dark blue .. bright yellow
                 colour = (int(160 * (1 - lum)), int(40 + 215 * lum), int(40 + 215 * lum))
                 cv2.circle(img, px(obs.pose.x, obs.pose.y), 4, colour, -1)
@@ -246,10 +355,11 @@ def draw_map(path: Path, sample: Sample, memory_dir: Path, hits: list[dict],
             cv2.drawMarker(img, px(p["x"], p["y"]), (30, 30, 220), cv2.MARKER_STAR, 18, 2)
     cv2.drawMarker(img, px(*sample.door), (0, 0, 160), cv2.MARKER_SQUARE, 14, 2)
     cv2.drawMarker(img, px(*sample.window), (0, 200, 255), cv2.MARKER_DIAMOND, 14, 2)
+    legend_top = view.size[0] - view.legend
     for i, legend in enumerate((
             "line: path   dots: camera keyframes (blue = dark, yellow = bright view)",
             "orange rings: query hits   red star: note   square: front door   diamond: window")):
-        cv2.putText(img, legend, (6, h + 20 + 18 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.42,
+        cv2.putText(img, legend, (6, legend_top + 20 + 18 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.42,
                     (40, 40, 40), 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     cv2.imwrite(str(path), img)

