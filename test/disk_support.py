@@ -250,8 +250,8 @@ def scenario_recording(work: Path, bag: str, size: str, rate: float) -> dict[str
 
         def tick() -> None:
             now = time.monotonic()
-            if now < state["next"]:
-                return
+            if now < state["next"] or not stats or not stats[-1]["camera"]["received"]:
+                return  # saves from when the replay runs (its /clock is the node's)
             state["next"] = now + 0.7
             i = state["i"] = state["i"] + 1
             text = f"note {i}: the robot passed the {('red', 'green', 'blue')[i % 3]} door"
@@ -298,8 +298,68 @@ def scenario_recording(work: Path, bag: str, size: str, rate: float) -> dict[str
     return out
 
 
+CRASH_WRITER = """
+import json, sys
+from engine_support import FakeClock, make_engine
+clock = FakeClock()
+engine = make_engine(sys.argv[1], clock, note_fold_window_s=0.5)
+print("ready", flush=True)
+for i in range(100000):
+    clock.t += 5.0
+    text = f"waypoint {i}: the {('red', 'green', 'blue', 'white')[i % 4]} box number {i}"
+    print(json.dumps({"text": text, "answer": json.loads(engine.save(text))}), flush=True)
+"""
+
+
+def scenario_crash(work: Path, size: str) -> dict[str, Any]:
+    """A process saving notes while the disk fills, killed (SIGKILL) while it is full; the
+    disk grown back and the store opened again: what the writer was told, and what the
+    reopened store holds."""
+    import signal
+    import threading
+
+    from engine_support import FakeClock, make_engine
+
+    fs = work / "fs"
+    mount(fs, size)
+    memory = fs / "memory"
+    writer = subprocess.Popen([sys.executable, "-c", CRASH_WRITER, str(memory)],
+                              stdout=subprocess.PIPE, text=True)
+    acks: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def read() -> None:
+        assert writer.stdout is not None
+        for line in writer.stdout:
+            if line.startswith("{"):
+                acks.append(json.loads(line))
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while len(acks) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fill(fs)
+    while (sum(1 for a in acks if not a["answer"]["ok"]) < 5
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(10)
+    done.wait(10)
+    (fs / "filler").unlink()
+    grow(fs, "400m")
+    engine = make_engine(memory, FakeClock())
+    found = {}
+    for a in acks:
+        hits = json.loads(engine.search(json.dumps(
+            {"semantic_query": a["text"], "stream": "events", "k": 3})))
+        found[a["text"]] = any(h["text"] == a["text"] for h in hits.get("results", []))
+    engine.close()
+    return {"acks": acks, "found": found, "end": store_check(memory)}
+
+
 SCENARIOS = {"import": scenario_import, "saves": scenario_saves,
-             "recording": scenario_recording}
+             "recording": scenario_recording, "crash": scenario_crash}
 
 
 def main() -> int:

@@ -106,3 +106,23 @@ def test_a_full_disk_is_told_apart_from_other_failures():
         assert is_disk_full(wrapped)
     assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
     assert not is_disk_full(sqlite3.OperationalError("database is locked"))
+
+
+def test_a_writer_killed_while_the_disk_is_full_loses_nothing_acknowledged(tmp_path):
+    """The crash matrix's question on a full disk: a process saving notes is SIGKILLed while
+    its disk is full; once grown back, the store opened again holds every acknowledged note
+    and every note an answer said was kept, searchable, and passes integrity_check."""
+    r = run_scenario("crash", tmp_path, timeout=120, size="3m")
+    acks = r["acks"]
+    ok = [a["text"] for a in acks if a["answer"]["ok"]]
+    kept = [a["text"] for a in acks if not a["answer"]["ok"]
+            and "kept in notes/" in a["answer"]["error"]["message"]]
+    assert len(ok) >= 5 and kept, acks[-3:]
+    for a in acks:
+        assert a["answer"]["ok"] or a["answer"]["error"]["message"].startswith("disk full"), a
+    assert r["end"]["integrity"] == ["ok"]
+    stored = set(r["end"]["notes"].values())
+    assert set(ok) | set(kept) <= stored
+    assert all(r["found"][t] for t in ok + kept), r["found"]
+    not_saved = {a["text"] for a in acks if not a["answer"]["ok"]} - set(kept)
+    assert not not_saved & stored
