@@ -696,6 +696,9 @@ class MemoryEngine:
         try:
             self._places.append(entry)
         except OSError as exc:
+            if is_disk_full(exc):
+                raise Unavailable(f"disk full: the place was not saved ({exc.strerror})") \
+                    from None
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
 
     def _save_note(self, req: SaveRequest, stream: str = "events",
