@@ -139,6 +139,9 @@ def scenario_import(work: Path, bag: str, size: str) -> dict[str, Any]:
     fs = work / "fs"
     mount(fs, size)
     memory = fs / "memory"
+    filler = fill(fs)
+    already_full = _import(bag, memory)  # not even the store can be created
+    filler.unlink()
     first = _import(bag, memory)
     after_first = store_check(memory)
     after_first.pop("rows")
@@ -146,7 +149,8 @@ def scenario_import(work: Path, bag: str, size: str) -> dict[str, Any]:
     grow(fs, "400m")
     second = _import(bag, memory)
     third = _import(bag, memory)
-    return {"first": first, "after_first": after_first, "blobs_after_first": blobs,
+    return {"already_full": already_full, "first": first, "after_first": after_first,
+            "blobs_after_first": blobs,
             "second": second, "third": third, "end": store_check(memory),
             "jpgs": sum(1 for _ in (memory / "blobs").rglob("*.jpg"))}
 

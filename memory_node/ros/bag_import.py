@@ -360,11 +360,15 @@ class Outcome:
         if missing or self.stopped:
             why = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in
                             sorted(self.not_stored.items()) if n) or "none"
+            disk = self.stopped or any(self.not_stored.get(r) for r in (DISK_FULL,
+                                                                         DISK_RESERVE))
             line += (f"; NOT STORED: {missing} kept rows ({why})"
                      + (f", the bag read only up to {self.bag_s:.1f} s" if self.stopped else "")
                      + (f": {self.disk}" if self.disk else "")
-                     + "; run the same command again once there is space: it stores only "
-                       "what is missing")
+                     + ("; run the same command again once there is space: it stores only "
+                        "what is missing" if disk else
+                        "; the warnings above say why; the same command again tries only "
+                        "those"))
         return line
 
     def as_dict(self) -> dict[str, Any]:

@@ -55,6 +55,11 @@ def test_an_import_into_a_full_disk_says_so_and_the_same_command_later_fills_the
         sample, clean, tmp_path):
     r = run_scenario("import", tmp_path, timeout=240, bag=str(sample.bag_dir), size="1500k")
     first, second, third = r["first"], r["second"], r["third"]
+    # A disk full before anything could be stored: the same exit status, one clear line.
+    full = r["already_full"]
+    assert full["rc"] == 3, full
+    assert "disk full" in full["stdout"] + full["stderr"], full
+    assert "Traceback" not in full["stderr"] and "cannot rollback" not in full["stderr"], full
     out = first["stdout"] + first["stderr"]
     assert first["rc"] == 3, out
     last = first["stdout"].strip().splitlines()[-1]
@@ -111,3 +116,22 @@ def test_below_the_disk_reserve_sensor_rows_wait_and_notes_do_not(sample, clean,
     done = _import(sample.bag_dir, "--memory-dir", memory)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _rows(memory) == clean
+
+
+def test_rows_not_stored_for_another_reason_are_told_apart_from_a_full_disk():
+    """A frame that failed to store for a reason other than space: exit 3 as well (not
+    everything kept was stored), but the summary does not send the user to free space."""
+    from memory_node.core.recorder import StreamCounters
+    from memory_node.ros.bag_import import Outcome
+
+    counters = {s: StreamCounters(received=10, kept=2, stored=2) for s in STREAMS}
+    counters["camera"].stored, counters["camera"].failed = 1, 1
+    outcome = Outcome(messages=30, bag_s=3.0, wall_s=1.0, counters=counters,
+                      streams=list(STREAMS), not_stored={"error": 1})
+    assert not outcome.complete
+    line = outcome.summary()
+    assert line.startswith("memory-import: incomplete: ")
+    assert "NOT STORED: 1 kept rows (1 error)" in line and "space" not in line
+    done = Outcome(messages=30, bag_s=3.0, wall_s=1.0, counters=counters,
+                   streams=list(STREAMS))
+    assert done.complete and done.summary().startswith("memory-import: done: ")
