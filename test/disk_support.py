@@ -245,7 +245,7 @@ def scenario_recording(work: Path, bag: str, size: str, rate: float) -> dict[str
         client = RosClient(use_sim_time=True, timeout_s=20.0)
         client.node.create_subscription(
             String, "/memory/recorder_stats", lambda m: stats.append(json.loads(m.data)), 10)
-        state = {"next": time.monotonic(), "i": 0}
+        state: dict[str, Any] = {"next": time.monotonic(), "i": 0}
         t_start = time.monotonic()
 
         def camera_rows() -> int:
@@ -256,7 +256,7 @@ def scenario_recording(work: Path, bag: str, size: str, rate: float) -> dict[str
             now = time.monotonic()
             if now < state["next"] or not stats or not stats[-1]["camera"]["received"]:
                 return  # saves from when the replay runs (its /clock is the node's)
-            state["next"] = now + 0.7
+            state["next"] = now + 0.5
             i = state["i"] = state["i"] + 1
             text = f"note {i}: the robot passed the {('red', 'green', 'blue')[i % 3]} door"
             answer = json.loads(client.save(text))
@@ -266,8 +266,11 @@ def scenario_recording(work: Path, bag: str, size: str, rate: float) -> dict[str
             full_saves = sum(1 for s in out["saves"] if not s["answer"]["ok"])
             disk_full_rows = (stats[-1].get("not_stored", {}).get("disk_full", 0)
                               if stats else 0)
-            if out["grown_at"] is None and ((full_saves >= 2 and disk_full_rows)
-                                            or now - t_start > 45):
+            if disk_full_rows and "first_full" not in state:
+                state["first_full"] = now
+            # Grown once saves met the full disk too (or, at the latest, 6 s after rows did).
+            if out["grown_at"] is None and disk_full_rows and (
+                    full_saves >= 2 or now - state["first_full"] > 6):
                 out["full_at_grow"] = {"saves": full_saves, "stats": stats[-1] if stats
                                        else None, "free": free_bytes(fs)}
                 grow(fs, "400m")

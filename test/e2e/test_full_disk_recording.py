@@ -33,7 +33,7 @@ def test_recording_into_a_full_disk_goes_on_and_resumes_when_space_returns(sampl
     full = r["full_at_grow"]
     # The disk did fill: rows were not stored for it, counted by reason, and saves said so.
     assert full["stats"]["not_stored"].get("disk_full", 0) > 0, full
-    assert full["saves"] >= 2 and full["free"] < 64 * 1024, full
+    assert full["saves"] >= 1 and full["free"] < 64 * 1024, full
     for s in saves:
         a = s["answer"]
         if a["ok"]:
