@@ -192,6 +192,9 @@ def scenario_saves(work: Path, size: str) -> dict[str, Any]:
             break
     search_full = json.loads(engine.search("umbrella by the front door"))
     free_when_full = free_bytes(fs)
+    from memory_node.core.disk import is_disk_full
+
+    io_error_is_full = is_disk_full(sqlite3.OperationalError("disk I/O error"), memory)
     filler.unlink()
     grow(fs, "400m")
     # The notes kept in Markdown are added by the catch-up thread: no call, no restart.
@@ -212,7 +215,8 @@ def scenario_saves(work: Path, size: str) -> dict[str, Any]:
     engine.close()
     md = "".join(p.read_text() for p in sorted((memory / "notes").glob("*_notes.md")))
     return {"answers": answers, "notes": notes, "search_full": search_full,
-            "free_when_full": free_when_full, "kept_found": found, "after": after,
+            "free_when_full": free_when_full, "io_error_is_full": io_error_is_full,
+            "kept_found": found, "after": after,
             "end": store_check(memory), "markdown": md}
 
 

@@ -29,9 +29,16 @@ DISK_FULL, DISK_RESERVE, STORE_ERROR = "disk_full", "disk_reserve", "error"
 MB = 1024 * 1024
 
 
-def is_disk_full(exc: BaseException | None) -> bool:
-    """Whether `exc` (or an exception it was raised from) says the disk is full."""
+# An I/O error while less than this is free is taken for a full disk (see is_disk_full).
+NEARLY_FULL_BYTES = 1024 * 1024
+
+
+def is_disk_full(exc: BaseException | None, path: Path | str | None = None) -> bool:
+    """Whether `exc` (or an exception it was raised from) says the disk is full. With `path`
+    (on the filesystem written to), SQLite's "disk I/O error" counts too when that filesystem
+    is (nearly) full: SQLite reports a wal-index it could not grow as SQLITE_IOERR."""
     seen = 0
+    io_error = False
     while exc is not None and seen < 8:
         if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
             return True
@@ -41,8 +48,13 @@ def is_disk_full(exc: BaseException | None) -> bool:
                 return True
             if "database or disk is full" in str(exc):
                 return True
+            io_error = io_error or (code is not None and code & 0xFF == SQLITE_IOERR) \
+                or "disk I/O error" in str(exc)
         exc = exc.__cause__ or exc.__context__
         seen += 1
+    if io_error and path is not None:
+        free = FreeSpace(path, interval_s=0.0).bytes()
+        return free is not None and free < NEARLY_FULL_BYTES
     return False
 
 

@@ -424,7 +424,7 @@ class MemoryEngine:
                 log.warning("%s failed: %.300s", what, exc.message)
             return ErrorAnswer.of(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a request never takes the node down
-            if is_disk_full(exc):
+            if is_disk_full(exc, self.config.root):
                 message = (f"disk full: {what} could not be written ({disk_full_text(exc)}); "
                            "nothing was changed")
                 self.disk_log("disk_full", f"{what} failed: {message}")
@@ -696,7 +696,7 @@ class MemoryEngine:
         try:
             self._places.append(entry)
         except OSError as exc:
-            if is_disk_full(exc):
+            if is_disk_full(exc, self.config.root):
                 raise Unavailable(f"disk full: the place was not saved ({exc.strerror})") \
                     from None
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
@@ -747,7 +747,7 @@ class MemoryEngine:
         try:
             self._notes.append(entry)
         except OSError as exc:
-            if is_disk_full(exc):
+            if is_disk_full(exc, self.config.root):
                 raise Unavailable(f"disk full: the note was not saved ({exc.strerror})") from None
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
         obs = Observation(stream=entry.stream, t=entry.t, pose=entry.pose,
@@ -759,7 +759,7 @@ class MemoryEngine:
         except Exception as exc:  # noqa: BLE001 - in Markdown already: caught up later
             self.catch_up.schedule()
             where = f"notes/{entry.file}"
-            if is_disk_full(exc):
+            if is_disk_full(exc, self.config.root):
                 raise Unavailable(
                     f"disk full: the note is kept in {where} but not yet in memory.db "
                     f"({disk_full_text(exc)}); it is added and indexed by itself as soon as "

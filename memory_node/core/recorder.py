@@ -418,7 +418,7 @@ class RecorderPolicy:
                           f"is free on {self.reserve.free.path} ("
                           f"{(free or 0) / 2**20:.1f} MB free); notes still are", n,
                           say=self.log.warning)
-        elif is_disk_full(exc):
+        elif is_disk_full(exc, self.reserve.free.path):
             self.not_stored.add(DISK_FULL, n)
             self.disk_log(DISK_FULL, f"disk full: kept rows are not stored "
                           f"({disk_full_text(exc)} on {self.reserve.free.path})"

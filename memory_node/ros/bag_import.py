@@ -717,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = MemoryEngine(engine_config, clock=clock)
     except Exception as exc:  # noqa: BLE001 - a model or a directory that cannot be used
-        if is_disk_full(exc):
+        if is_disk_full(exc, engine_config.root):
             print(f"memory-import: disk full: cannot open the memory at {engine_config.root} "
                   f"({disk_full_text(exc)}); nothing stored", file=err)
             return EXIT_NOT_STORED
@@ -727,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code, summary = _import(plan, settings, engine, err, threads=args.threads)
     except Exception as exc:
-        if not is_disk_full(exc):
+        if not is_disk_full(exc, engine_config.root):
             raise
         code = EXIT_NOT_STORED
         summary = (f"memory-import: disk full: {disk_full_text(exc)} on {engine_config.root}; "
@@ -761,7 +761,7 @@ def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO, *,
         try:
             engine.store.set_meta(key, json.dumps(outcome.as_dict()))
         except Exception as exc:
-            if not is_disk_full(exc):
+            if not is_disk_full(exc, engine.config.root):
                 raise
             # Every row is stored; an import again passes over them all and marks it then.
             print(f"memory-import: disk full: the import is not marked done "

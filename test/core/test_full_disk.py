@@ -41,6 +41,7 @@ def test_saves_on_a_full_disk_answer_disk_full_and_kept_notes_come_back_by_thems
     # then neither.
     assert kept and lost, messages[:3]
     assert r["free_when_full"] < 64 * 1024
+    assert r["io_error_is_full"]  # SQLite's "disk I/O error" on this full disk is one
     # Searches are answered while the disk is full.
     assert r["search_full"]["ok"], r["search_full"]
     assert r["search_full"]["results"][0]["text"] == notes[0]
@@ -126,3 +127,11 @@ def test_a_writer_killed_while_the_disk_is_full_loses_nothing_acknowledged(tmp_p
     assert all(r["found"][t] for t in ok + kept), r["found"]
     not_saved = {a["text"] for a in acks if not a["answer"]["ok"]} - set(kept)
     assert not not_saved & stored
+
+
+def test_an_io_error_counts_as_a_full_disk_only_where_the_disk_is_full(tmp_path):
+    """SQLite says "disk I/O error" when it cannot grow its wal-index: a full disk there, an
+    I/O error anywhere with room."""
+    io = sqlite3.OperationalError("disk I/O error")
+    assert not is_disk_full(io)
+    assert not is_disk_full(io, tmp_path)  # this filesystem has room
