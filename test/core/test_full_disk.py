@@ -17,7 +17,7 @@ import sqlite3
 
 from disk_support import run_scenario
 
-from memory_node.core.disk import FreeSpace, RateLimitedLog, is_disk_full
+from memory_node.core.disk import DiskReserve, FreeSpace, RateLimitedLog, is_disk_full
 
 
 def test_saves_on_a_full_disk_answer_disk_full_and_kept_notes_come_back_by_themselves(
@@ -135,3 +135,12 @@ def test_an_io_error_counts_as_a_full_disk_only_where_the_disk_is_full(tmp_path)
     io = sqlite3.OperationalError("disk I/O error")
     assert not is_disk_full(io)
     assert not is_disk_full(io, tmp_path)  # this filesystem has room
+
+
+def test_the_disk_reserve_is_reached_only_below_it(tmp_path):
+    free = FreeSpace(tmp_path).bytes()
+    assert free is not None
+    assert not DiskReserve(tmp_path, 0).reached()  # no reserve
+    assert not DiskReserve(tmp_path, free / 2**20 / 2).reached()
+    assert DiskReserve(tmp_path, free / 2**20 * 2).reached()
+    assert DiskReserve(tmp_path / "not" / "yet", free / 2**20 * 2).reached()  # a new store
