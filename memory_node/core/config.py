@@ -110,6 +110,9 @@ class MemoryConfig:
     # Visits: pose samples further apart than this are a gap in the pose history (a visit
     # never spans one); also what splits a compaction cell's rows into visits.
     visit_gap_s: float = 30.0
+    # Free space (MB) left on the memory directory's filesystem for everyone else: sensor rows
+    # (camera, lidar, odom) are not stored while there is less; notes still are. 0 = none.
+    disk_reserve_mb: float = 0.0
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -164,6 +167,8 @@ class MemoryConfig:
         self._validate_graph()
         if not self.visit_gap_s > 0:
             raise ConfigError("visit_gap_s must be > 0")
+        if self.disk_reserve_mb < 0:
+            raise ConfigError("disk_reserve_mb must be >= 0 (0: no reserve)")
         if not self.caption_max_per_min > 0:
             raise ConfigError("caption_max_per_min must be > 0")
         if self.image_embedder not in ("", "clip"):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic_core import to_json
 
+from memory_node.core.catch_up import CatchUp
 from memory_node.core.compaction import Compactor
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
 from memory_node.core.contract import (
@@ -40,6 +41,7 @@ from memory_node.core.contract import (
     pose_out,
     unknown_name,
 )
+from memory_node.core.disk import RateLimitedLog, disk_full_text, is_disk_full
 from memory_node.core.errors import BadRequest, ContractError, InternalError, Unavailable
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
@@ -60,6 +62,8 @@ from memory_node.core.types import Observation, Pose, RowFilter
 from memory_node.core.visits import VisitSpan, find_visits, gap_notes
 
 log = logging.getLogger("memory_node.engine")
+# A full disk is logged at most once per this many seconds, however many requests meet it.
+DISK_LOG_PERIOD_S = 60.0
 
 
 def _one_blas_thread() -> None:
@@ -160,6 +164,13 @@ class MemoryEngine:
         self._captioner_lock = threading.Lock()
         self._lazy_lock = threading.RLock()  # the describer and the ingestor, built on first use
         self._streams_cache: set[str] | None = None
+        # Notes: a save's Markdown append and insert, and the catch-up of notes kept in
+        # Markdown but not in memory.db (a full disk), one at a time (one row per note).
+        self._notes_lock = threading.Lock()
+        self.catch_up = CatchUp(self._catch_up_notes, "notes")
+        # A full disk said once a minute at most for the whole process (the recorder's
+        # policy says its rows through this one too).
+        self.disk_log = RateLimitedLog(log.warning, DISK_LOG_PERIOD_S)
         self.store: SqliteObservationStore | None = None
         self.indexes: IndexManager | None = None
         self.backend: SearchBackend[Any] | None = None  # what searches run over; None: closed
@@ -181,6 +192,8 @@ class MemoryEngine:
             d.mkdir(parents=True, exist_ok=True)
         self.store = SqliteObservationStore(cfg.db_path)
         self.notes = NotesLog(cfg.notes_dir)
+        if self.catch_up.closed:  # opened again after close()
+            self.catch_up = CatchUp(self._catch_up_notes, "notes")
         self.places = Places(self._notes)
         self._load_embedders()
         self.indexes = IndexManager(cfg, self._store)
@@ -231,6 +244,7 @@ class MemoryEngine:
         False when it was not (another process held it, or a write failed: logged), in which
         case the next start loads the previous cache and catches up from memory.db."""
         persisted = False
+        self.catch_up.close()
         if self._captioner is not None:
             self._captioner.stop()
             self._captioner = None
@@ -404,10 +418,17 @@ class MemoryEngine:
                 raise Unavailable("the memory store is closed")
             out = fn()
         except ContractError as exc:
-            if not isinstance(exc, BadRequest):
+            if exc.message.startswith("disk full"):
+                self.disk_log("disk_full", f"{what} failed: {exc.message:.300s}")
+            elif not isinstance(exc, BadRequest):
                 log.warning("%s failed: %.300s", what, exc.message)
             return ErrorAnswer.of(exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a request never takes the node down
+            if is_disk_full(exc, self.config.root):
+                message = (f"disk full: {what} could not be written ({disk_full_text(exc)}); "
+                           "nothing was changed")
+                self.disk_log("disk_full", f"{what} failed: {message}")
+                return ErrorAnswer.of(Unavailable.code, message)
             # One line per failed request, whatever it sent (a traceback of a deep recursion
             # is hundreds of kilobytes); the traceback itself at debug level.
             log.error("%s failed unexpectedly: %s: %.200s (at %s)", what, type(exc).__name__,
@@ -675,6 +696,9 @@ class MemoryEngine:
         try:
             self._places.append(entry)
         except OSError as exc:
+            if is_disk_full(exc, self.config.root):
+                raise Unavailable(f"disk full: the place was not saved ({exc.strerror})") \
+                    from None
             raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
 
     def _save_note(self, req: SaveRequest, stream: str = "events",
@@ -700,27 +724,63 @@ class MemoryEngine:
                 return folded
         entry = NoteEntry(key=new_key(), stream=stream, t=now, text=req.text, pose=pose,
                           tags=req.tags)
-        try:
-            self._notes.append(entry)  # durable first: the Markdown file is the record
-        except OSError as exc:
-            raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
-        obs = Observation(stream=stream, t=now, pose=pose, tags=dict(req.tags), text=req.text,
-                          model_id=self.text_model_id if vec is not None else None,
-                          note_key=entry.key)
-        try:
-            [oid] = self._store.insert([obs], [vec])
-        except Exception:  # noqa: BLE001 - in Markdown already; the next start indexes it
-            log.exception("note %s is in %s but could not be added to memory.db", entry.key,
-                          entry.file)
-            return SaveAnswer(id=None, t=now, pose=pose_out(pose), indexed=False)
+        with self._notes_lock:
+            oid = self._write_note(entry, vec)
         indexed = vec is not None
         if indexed:
             try:
                 self.sync()
-            except Exception:  # noqa: BLE001
-                log.exception("note %d stored but the index could not be updated", oid)
+            except Exception as exc:  # noqa: BLE001 - stored; indexed by the catch-up
+                log.warning("note %d stored but the index could not be updated (%s); it is "
+                            "indexed in the background", oid, exc)
                 indexed = False
+        if not indexed:
+            self.catch_up.schedule()  # embedded and indexed as soon as that works
         return SaveAnswer(id=oid, t=now, pose=pose_out(pose), indexed=indexed)
+
+    def _write_note(self, entry: NoteEntry, vec: np.ndarray | None) -> int:
+        """The note into its Markdown file (durable first: the file is the record), then its
+        row into memory.db; its id. A note that could not be written at all raises
+        Unavailable ("disk full: ..." on a full disk); one written to Markdown whose row
+        could not be stored raises Unavailable too, and the catch-up adds the row (and
+        indexes it) by itself as soon as it can: never an answer with no id."""
+        try:
+            self._notes.append(entry)
+        except OSError as exc:
+            if is_disk_full(exc, self.config.root):
+                raise Unavailable(f"disk full: the note was not saved ({exc.strerror})") from None
+            raise Unavailable(f"could not write the notes file: {exc.strerror}") from None
+        obs = Observation(stream=entry.stream, t=entry.t, pose=entry.pose,
+                          tags=dict(entry.tags), text=entry.text,
+                          model_id=self.text_model_id if vec is not None else None,
+                          note_key=entry.key)
+        try:
+            [oid] = self._store.insert([obs], [vec])
+        except Exception as exc:  # noqa: BLE001 - in Markdown already: caught up later
+            self.catch_up.schedule()
+            where = f"notes/{entry.file}"
+            if is_disk_full(exc, self.config.root):
+                raise Unavailable(
+                    f"disk full: the note is kept in {where} but not yet in memory.db "
+                    f"({disk_full_text(exc)}); it is added and indexed by itself as soon as "
+                    "there is space (no need to save it again)") from None
+            log.warning("note %s is in %s but could not be added to memory.db: %s",
+                        entry.key, where, exc)
+            raise Unavailable(
+                f"the note is kept in {where} but memory.db could not store it "
+                f"({type(exc).__name__}); it is added by itself as soon as it can be") from None
+        return oid
+
+    def _catch_up_notes(self) -> int:
+        """Notes in Markdown that memory.db lacks, and rows without a vector, stored and
+        indexed now (the catch-up thread; raises while that still fails)."""
+        if self.store is None:
+            return 0
+        with self._notes_lock:
+            picked = self._ingest_note_files()
+        indexed = self._index_missing_vectors()
+        self.sync()
+        return picked + indexed
 
     def _fold_note(self, req: SaveRequest, vec: np.ndarray, now: float,
                    pose: Pose | None) -> SaveAnswer | None:

@@ -62,9 +62,22 @@ class Ingestor:
         path = self.root / ref
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        try:
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no partial file behind
+            raise
         return ref
+
+    def remove_blobs(self, refs: Sequence[str | None]) -> None:
+        """Blobs written for rows that were then not stored (a full disk): their space back."""
+        for ref in refs:
+            if ref:
+                try:
+                    (self.root / ref).unlink(missing_ok=True)
+                except OSError:
+                    pass
 
     def add_observation(self, stream: str, t: float, pose: Pose | None,
                         tags: dict[str, Any] | None = None, text: str = "",
@@ -75,7 +88,11 @@ class Ingestor:
         vec = self.embed_texts([text])[0] if (text and embed) else None
         obs = Observation(stream=stream, t=t, pose=pose, tags=dict(tags or {}), text=text,
                           ref=ref, model_id=self.text_model_id() if vec is not None else None)
-        [oid] = self.store.insert([obs], [vec])
+        try:
+            [oid] = self.store.insert([obs], [vec])
+        except BaseException:
+            self.remove_blobs([ref])
+            raise
         if vec is not None:
             self.sync()
         return oid
@@ -118,8 +135,22 @@ class Ingestor:
         captioner = self._frame_describer(stream)[1]
         prepared = [self.prepare_frame(f, stream, jpeg_quality) for f in frames]
         descs = [d for d, _ in prepared]
-        refs = [self.write_blob(stream, f.t, jpg, "jpg")
-                for f, (_, jpg) in zip(frames, prepared, strict=True)]
+        refs: list[str | None] = []
+        try:
+            for f, (_, jpg) in zip(frames, prepared, strict=True):
+                refs.append(self.write_blob(stream, f.t, jpg, "jpg"))
+            ids, admitted = self._insert_frames(frames, descs, refs, stream, captioner)
+        except BaseException:
+            self.remove_blobs(refs)  # nothing of the batch stored: its JPEGs go too
+            raise
+        self.sync()
+        if admitted and captioner is not None:
+            captioner.notify()
+        return ids
+
+    def _insert_frames(self, frames: Sequence[CameraFrame], descs: list[ImageDescription],
+                       refs: list[str | None], stream: str, captioner: Any
+                       ) -> tuple[list[int], int]:
         rows = []
         image_embedder = self.image_embedder()
         if image_embedder is not None:
@@ -137,11 +168,7 @@ class Ingestor:
                 admitted += 1
             rows.append(Observation(stream=stream, t=f.t, pose=f.pose, tags=tags, text=d.text,
                                     ref=ref, model_id=model_id, view=f.view))
-        ids = self.store.insert(rows, list(vecs))
-        self.sync()
-        if admitted and captioner is not None:
-            captioner.notify()
-        return ids
+        return self.store.insert(rows, list(vecs)), admitted
 
     def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,
                        stream: str = "lidar", tags: dict[str, Any] | None = None) -> int:

@@ -29,6 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.disk import (
+    DISK_FULL,
+    DISK_RESERVE,
+    STORE_ERROR,
+    DiskReserve,
+    NotStored,
+    RateLimitedLog,
+    disk_full_text,
+    is_disk_full,
+)
 from memory_node.core.ingest import CameraFrame
 from memory_node.core.pose_history import Logger, PoseHistory, default_logger
 from memory_node.core.recorder_settings import recorder_settings
@@ -39,6 +49,8 @@ from memory_node.ros.geometry import stamp_to_seconds
 from memory_node.ros.tf_buffer import Transform, TransformError
 
 STREAMS = ("camera", "lidar", "odom")
+# A full disk or the disk reserve is logged at most once per this many seconds.
+DISK_LOG_PERIOD_S = 60.0
 
 
 @dataclass
@@ -160,6 +172,16 @@ class RecorderPolicy:
         # Offline: given, it takes the keyframes the gate kept (in order) instead of `store`
         # here — an importer that passes over rows stored before and stores on its own thread.
         self.on_kept: Callable[[list[Job]], None] | None = None
+        # Keyframes not stored, by reason (a full disk, the disk reserve, another failure);
+        # a full disk or the reserve is said once a minute at most, not once per row.
+        self.not_stored = NotStored()
+        self.disk_full_hint = "; recording goes on and stores again when space returns"
+        # One limit per process: the engine's, which its saves and searches use too.
+        self.disk_log = getattr(engine, "disk_log", None) or RateLimitedLog(
+            self.log.warning, DISK_LOG_PERIOD_S)
+        config = getattr(engine, "config", None)
+        self.reserve = DiskReserve(getattr(config, "root", "."),
+                                   float(getattr(config, "disk_reserve_mb", 0.0) or 0.0))
 
     @classmethod
     def offline(cls, settings: Mapping[str, Any], engine: Any,
@@ -383,11 +405,45 @@ class RecorderPolicy:
 
         return compressed_to_bgr(job.msg) if job.kind == "compressed" else image_to_bgr(job.msg)
 
+    def _not_stored(self, stream: str, exc: BaseException | None, n: int = 1,
+                    what: str = "") -> None:
+        """`n` kept rows of `stream` not stored: counted as failed and by reason; a full disk
+        and the reserve are said once a minute at most, other failures each time."""
+        self.count(stream, "failed", n)
+        if exc is None:
+            self.not_stored.add(DISK_RESERVE, n)
+            free = self.reserve.free.bytes()
+            self.disk_log(DISK_RESERVE, "disk reserve: sensor rows are not stored while less "
+                          f"than disk_reserve_mb = {self.reserve.reserve_bytes / 2**20:g} MB "
+                          f"is free on {self.reserve.free.path} ("
+                          f"{(free or 0) / 2**20:.1f} MB free); notes still are", n,
+                          say=self.log.warning)
+        elif is_disk_full(exc, self.reserve.free.path):
+            self.not_stored.add(DISK_FULL, n)
+            self.disk_log(DISK_FULL, f"disk full: kept rows are not stored "
+                          f"({disk_full_text(exc)} on {self.reserve.free.path})"
+                          f"{self.disk_full_hint}", n, say=self.log.warning)
+        else:
+            self.not_stored.add(STORE_ERROR, n)
+            self.log.warning(f"{what or stream + ' message'} not stored: {exc}")
+
+    def _stored_again(self) -> None:
+        """A row was stored: a full disk or the reserve said before is said to be over."""
+        for key in (DISK_FULL, DISK_RESERVE):
+            if self.disk_log.active(key):
+                self.disk_log.recovered(key, "storing rows again (space is free again)",
+                                        say=self.log.info)
+
     def store(self, jobs: Sequence[Job]) -> None:
         """Decode and store kept jobs; camera frames of the batch go in one embed call. One
-        bad message is counted and logged, never raised."""
+        bad message is counted and logged, never raised. Below the disk reserve the jobs are
+        counted as not stored (`not_stored`), not written."""
         from memory_node.ros.pointcloud import read_xyz, voxel_downsample
 
+        if jobs and self.reserve.reached():
+            for j in jobs:
+                self._not_stored(j.stream, None)
+            return
         frames: list[CameraFrame] = []
         for j in jobs:
             try:
@@ -402,19 +458,21 @@ class RecorderPolicy:
                     self._keep_scan(j, pts)
                     self.engine.add_lidar_scan(j.t, j.pose, pts, tags=self._scan_tags(j, pts))
                     self.counters["lidar"].stored += 1
+                    self._stored_again()
                 else:
                     self.engine.add_observation("odom", j.t, j.pose, dict(j.tags))
                     self.counters["odom"].stored += 1
+                    self._stored_again()
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
-                self.count(j.stream, "failed")
-                self.log.warning(f"{j.stream} message at {j.t:.3f} not stored: {exc}")
+                self._not_stored(j.stream, exc, what=f"{j.stream} message at {j.t:.3f}")
         if frames:
             try:
                 self.engine.add_camera_frames(frames)
                 self.counters["camera"].stored += len(frames)
+                self._stored_again()
             except Exception as exc:  # noqa: BLE001
-                self.count("camera", "failed", len(frames))
-                self.log.warning(f"{len(frames)} camera frame(s) not stored: {exc}")
+                self._not_stored("camera", exc, len(frames),
+                                 what=f"{len(frames)} camera frame(s)")
 
     def _mount_lidar(self) -> None:
         """The lidar mount parameters as a static transform base_frame -> lidar_frame, for a

@@ -10,10 +10,12 @@ Kept camera frames are decoded, described and encoded on --threads threads while
 on; rows are stored in bag order.
 
 Idempotent and resumable: an admitted keyframe already stored (same stream, same stamp) is
-not stored again, and a finished import is marked in the store, so importing a bag twice adds
-nothing and an interrupted import (Ctrl-C, or a killed process) continues where it stopped —
-the gate runs again from the start (cheap: nothing is decoded before it admits a frame) and
-the keyframes stored before are passed over.
+not stored again, and an import is marked done in the store only once every message was read
+and every kept row stored, so importing a bag twice adds nothing, and an interrupted import
+(Ctrl-C, a killed process) or one stopped by a full disk continues where it stopped — the
+gate runs again from the start (cheap: nothing is decoded before it admits a frame) and the
+keyframes stored before are passed over. A full disk (or free space below disk_reserve_mb)
+stops the import with exit status 3 and a summary saying how many kept rows were not stored.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from memory_node.core.disk import DISK_FULL, DISK_RESERVE, disk_full_text, is_disk_full
 from memory_node.core.secrets import mask_log_handlers
 from memory_node.ros.replay import ReplayError, open_reader
 
@@ -47,6 +50,10 @@ TF_SAMPLE = 2000
 # A header stamp further than this from the bag's clock is reported (the recorder's auto
 # stamp_source replaces such stamps by the arrival time; see stamp_max_offset_s).
 CLOCK_SKEW_WARN_S = 1.0
+
+
+# Exit status when kept rows were not stored (a full disk, the disk reserve, a failure).
+EXIT_NOT_STORED = 3
 
 
 class ImportError_(RuntimeError):  # noqa: N801 - ImportError is a builtin
@@ -315,6 +322,16 @@ class Outcome:
     already: bool = False  # the same import had finished before: nothing read
     interrupted: bool = False
     streams: list[str] = field(default_factory=list)
+    # Kept rows not stored, by reason (disk_full, disk_reserve, error); `stopped` says why
+    # reading stopped early ("disk_full" or "disk_reserve"), `disk` the message about it.
+    not_stored: dict[str, int] = field(default_factory=dict)
+    stopped: str = ""
+    disk: str = ""
+
+    @property
+    def complete(self) -> bool:
+        """Every message read and every kept row stored: the import may be marked done."""
+        return not (self.interrupted or self.stopped or sum(self.not_stored.values()))
 
     @property
     def speed(self) -> float:
@@ -333,11 +350,27 @@ class Outcome:
                          + (f", {again} stored before" if again else "") + ")")
         sources = ", ".join(f"{k} {v}" for k, v in sorted(self.sources.items())) or "none"
         problems = "; ".join(self.tf_problems) or "none"
-        head = "memory-import: interrupted" if self.interrupted else "memory-import: done"
-        return (f"{head}: {self.messages} messages, {self.bag_s:.1f} s of bag in "
+        head = ("memory-import: interrupted" if self.interrupted else
+                f"memory-import: stopped, {self.stopped.replace('_', ' ')}" if self.stopped
+                else "memory-import: done" if self.complete else "memory-import: incomplete")
+        line = (f"{head}: {self.messages} messages, {self.bag_s:.1f} s of bag in "
                 f"{self.wall_s:.1f} s ({self.speed:.1f}x real time); "
                 f"{'; '.join(parts) or 'no sensor streams'}; pose sources: {sources}; "
                 f"TF problems: {problems}")
+        missing = sum(self.not_stored.values())
+        if missing or self.stopped:
+            why = ", ".join(f"{n} {r.replace('_', ' ')}" for r, n in
+                            sorted(self.not_stored.items()) if n) or "none"
+            disk = self.stopped or any(self.not_stored.get(r) for r in (DISK_FULL,
+                                                                         DISK_RESERVE))
+            line += (f"; NOT STORED: {missing} kept rows ({why})"
+                     + (f", the bag read only up to {self.bag_s:.1f} s" if self.stopped else "")
+                     + (f": {self.disk}" if self.disk else "")
+                     + ("; run the same command again once there is space: it stores only "
+                        "what is missing" if disk else
+                        "; the warnings above say why; the same command again tries only "
+                        "those"))
+        return line
 
     def as_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "bag_s": round(self.bag_s, 3),
@@ -345,7 +378,8 @@ class Outcome:
                 "streams": {s: dict(vars(self.counters[s])) for s in self.streams},
                 "resumed": self.resumed, "pose_sources": self.sources, "tf": self.tf,
                 "tf_problems": self.tf_problems, "already": self.already,
-                "interrupted": self.interrupted}
+                "interrupted": self.interrupted, "not_stored": self.not_stored,
+                "stopped": self.stopped}
 
 
 class _Stop:
@@ -469,6 +503,7 @@ class Importer:
         self.threads = threads
         self.policy = RecorderPolicy.offline(settings, engine, logger=logger)
         self.policy.on_kept = self._on_kept
+        self.policy.disk_full_hint = ""  # the summary says what happens next
         self.stream_of = {st.topic: st for st in plan.streams.values()
                           if st.topic in plan.read_topics}
         self.existing = _existing_keyframes(engine, plan)
@@ -488,6 +523,10 @@ class Importer:
             for topic, t_ns, raw, msgtype in _messages(reader, self.plan):
                 if self.stop is not None and self.stop.requested:
                     out.interrupted = True
+                    break
+                stopped = self._disk_stop()
+                if stopped:
+                    out.stopped = stopped
                     break
                 now = t_ns / 1e9
                 out.messages += 1
@@ -510,7 +549,7 @@ class Importer:
         finally:
             reader.close()
             try:
-                if not out.interrupted:
+                if not (out.interrupted or out.stopped):
                     policy.flush()  # the end of the bags: TF will not come any more
                 self._store(final=True)
             finally:
@@ -518,11 +557,30 @@ class Importer:
         out.bag_s = (last_ns - self.plan.window[0]) / 1e9
         out.wall_s = time.monotonic() - t0
         out.counters = {s: policy.counters[s] for s in STREAMS}
+        out.not_stored = policy.not_stored.snapshot()
+        if not out.stopped:
+            out.stopped = self._disk_stop()
+        if out.stopped == DISK_FULL:
+            out.disk = f"the filesystem of {self.engine.config.root} is full"
+        elif out.stopped == DISK_RESERVE:
+            free = policy.reserve.free.bytes() or 0
+            out.disk = (f"less than disk_reserve_mb = "
+                        f"{policy.reserve.reserve_bytes / 2**20:g} MB free on the filesystem "
+                        f"of {self.engine.config.root} ({free / 2**20:.1f} MB)")
         out.tf = dict(policy.poses.tf_stats())
         out.tf_problems = self._tf_problems()
         if self.progress is not None:
             self.progress.update(out.bag_s, self._rows())
         return out
+
+    def _disk_stop(self) -> str:
+        """"disk_full" or "disk_reserve" once a kept row could not be stored for that reason
+        (reading on would only decode rows that cannot be stored), else ""."""
+        counts = self.policy.not_stored.snapshot()
+        for reason in (DISK_FULL, DISK_RESERVE):
+            if counts.get(reason):
+                return reason
+        return ""
 
     def _rows(self) -> dict[str, int]:
         return {s: self.policy.counters[s].stored + self.outcome.resumed.get(s, 0)
@@ -575,10 +633,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-import", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Exit status: 0 when every message was read (the last line is the summary), 1 "
-               "when a bag is unreadable part-way (what was read is stored), 2 for a bag or "
-               "setting that cannot be used (nothing stored), 130 when interrupted (run the "
-               "same command again to continue).")
+        epilog="Exit status: 0 when every message was read and every kept row stored (the "
+               "last line is the summary), 1 when a bag is unreadable part-way (what was read "
+               "is stored), 2 for a bag or setting that cannot be used (nothing stored), 3 "
+               "when kept rows were not stored (a full disk, or free space below "
+               "disk_reserve_mb: the import stops there; the summary says how many and why), "
+               "130 when interrupted. After 3 or 130, run the same command again: it stores "
+               "only what is missing.")
     parser.add_argument("bags", nargs="+", type=Path, metavar="BAG",
                         help="rosbag2 directories or .mcap/.db3 files, read as one recording "
                         "in time order")
@@ -658,20 +719,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = MemoryEngine(engine_config, clock=clock)
     except Exception as exc:  # noqa: BLE001 - a model or a directory that cannot be used
+        if is_disk_full(exc, engine_config.root):
+            print(f"memory-import: disk full: cannot open the memory at {engine_config.root} "
+                  f"({disk_full_text(exc)}); nothing stored", file=err)
+            return EXIT_NOT_STORED
         print(f"memory-import: cannot open the memory at {engine_config.root}: {exc}", file=err)
         return 2
+    summary = ""
     try:
-        return _import(plan, settings, engine, err, threads=args.threads)
+        code, summary = _import(plan, settings, engine, err, threads=args.threads)
+    except Exception as exc:
+        if not is_disk_full(exc, engine_config.root):
+            raise
+        code = EXIT_NOT_STORED
+        summary = (f"memory-import: disk full: {disk_full_text(exc)} on {engine_config.root}; "
+                   "run the same command again once there is space")
     finally:
-        engine.close()
+        engine.close()  # before the summary, which stays the last line
+    if summary:
+        print(summary, flush=True)
+    return code
 
 
 def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO, *,
-            threads: int = 1) -> int:
+            threads: int = 1) -> tuple[int, str]:
+    """(exit status, the summary line to print last)."""
     key = META_PREFIX + plan.identity
     if engine.store.get_meta(key) is not None:
-        print(Outcome(already=True).summary(), flush=True)
-        return 0
+        return 0, Outcome(already=True).summary()
     engine.mark_recording_clock(True)  # the rows are on the bags' clock, as a replay's
     progress = Progress(plan.duration_s, err)
     with _Stop() as stop:
@@ -681,13 +756,21 @@ def _import(plan: Plan, settings: dict[str, Any], engine: Any, err: TextIO, *,
             outcome = importer.run()
         except (ImportError_, ReplayError) as exc:
             print(f"memory-import: {exc}", file=err)
-            return 1
+            return 1, ""
         finally:
             progress.close()
-    if not outcome.interrupted:
-        engine.store.set_meta(key, json.dumps(outcome.as_dict()))
-    print(outcome.summary(), flush=True)
-    return 130 if outcome.interrupted else 0
+    if outcome.complete:  # only then: an import again must store what this one missed
+        try:
+            engine.store.set_meta(key, json.dumps(outcome.as_dict()))
+        except Exception as exc:
+            if not is_disk_full(exc, engine.config.root):
+                raise
+            # Every row is stored; an import again passes over them all and marks it then.
+            print(f"memory-import: disk full: the import is not marked done "
+                  f"({disk_full_text(exc)})", file=err)
+    if outcome.interrupted:
+        return 130, outcome.summary()
+    return (0 if outcome.complete else EXIT_NOT_STORED), outcome.summary()
 
 
 if __name__ == "__main__":

@@ -266,6 +266,8 @@ class MemoryRecorder(MaskedLogging, Node):
                 else {"status": "not_configured", "topic": None})
         poses = self.poses
         return out | {"queue": self._queue.qsize(), "pending": self._pending.qsize(),
+                      # kept rows not stored, by reason: disk_full, disk_reserve, error
+                      "not_stored": self.policy.not_stored.snapshot(),
                       "tf": {"status": self._tf_watch.status, "topic": "/tf",
                              "world_frame": poses.world_frame, "base_frame": poses.base_frame,
                              **poses.tf_stats()}}

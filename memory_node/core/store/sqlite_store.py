@@ -166,6 +166,15 @@ def _json_path(key: str) -> str:
     return "$." + key  # keys are validated against TAG_KEY before they get here
 
 
+def _rollback_if_active(conn: sqlite3.Connection) -> None:
+    """ROLLBACK when a transaction is still open (see SqliteObservationStore._rollback)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:  # the error being handled is the one to report
+            log.warning("rollback failed: %s", exc)
+
+
 class SqliteObservationStore(ObservationStore):
     """One write connection and one read connection, each behind its own lock.
 
@@ -225,7 +234,7 @@ class SqliteObservationStore(ObservationStore):
             self._remove_unnamed_vector_files()
             self._w.execute("COMMIT")
         except BaseException:
-            self._w.execute("ROLLBACK")
+            _rollback_if_active(self._w)
             raise
         if version < int(SCHEMA_VERSION):
             try:  # the blobs' pages back to the file system (needs no other reader)
@@ -477,7 +486,11 @@ class SqliteObservationStore(ObservationStore):
             action()
 
     def _rollback(self) -> None:
-        self._w.execute("ROLLBACK")
+        """Undo the write transaction, if SQLite has not already: a COMMIT or statement that
+        failed with SQLITE_FULL or SQLITE_IOERR (a full disk) rolls the transaction back
+        itself, and a ROLLBACK then would raise "cannot rollback - no transaction is active"
+        over the error that matters."""
+        _rollback_if_active(self._w)
         undo, self._after_commit, self._after_rollback = self._after_rollback, [], []
         for action in undo:
             action()
@@ -586,7 +599,7 @@ class SqliteObservationStore(ObservationStore):
                     self._note_tag_keys(row[0], tags)
                 self._w.execute("COMMIT")
             except BaseException:
-                self._w.execute("ROLLBACK")
+                _rollback_if_active(self._w)
                 raise
 
     def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,

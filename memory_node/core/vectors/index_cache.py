@@ -263,6 +263,7 @@ class IndexCache:
             log.warning("index cache not written: another process kept %s locked for %.0f s",
                         d, lock_timeout_s)
             return False
+        gen: Path | None = None
         try:
             gen_name = f"g-{os.getpid()}-{time.time_ns():x}-{secrets.token_hex(3)}"
             gen = d / gen_name
@@ -303,6 +304,13 @@ class IndexCache:
             self._remove_unreferenced(d, gen_name)
             for key, idx, ids, _s, _m, layout, _src in snap:
                 self._rebase(idx, gen, _file_base(key), len(ids), layout)
+        except BaseException:
+            # A write that failed part-way (a full disk): its files go, and their space with
+            # them, unless the manifest already names them.
+            if gen is not None and not _names(d / MANIFEST, gen.name):
+                shutil.rmtree(gen, ignore_errors=True)
+                (d / f"{MANIFEST}.{gen.name}.tmp").unlink(missing_ok=True)
+            raise
         finally:
             lock.release()
         return True
@@ -666,3 +674,11 @@ def _write_npy(path: Path, arr: np.ndarray) -> dict:
         fh.flush()
         os.fsync(fh.fileno())
     return _file_sum(path)
+
+
+def _names(manifest: Path, gen_name: str) -> bool:
+    """Whether the manifest names the generation directory `gen_name`."""
+    try:
+        return bool(json.loads(manifest.read_text()).get("dir") == gen_name)
+    except (OSError, ValueError, AttributeError):
+        return False
