@@ -31,6 +31,7 @@ COMMANDS = {
     "memory-sync": "memory_node.fleet.sync:main",
     "memory-eval": "memory_node.eval:main",
     "memory-models": "memory_node.models:main",
+    "memory-view": "memory_node.view.server:main",
 }
 
 
