@@ -39,8 +39,10 @@ def imported_store(tmp_path_factory) -> Path:
     return tmp / "memory"
 
 
-def open_view(memory: Path, token: str | None = None) -> tuple[ViewServer, MemoryEngine]:
-    engine = MemoryEngine(MemoryConfig.from_mapping({"memory_dir": str(memory)}))
+def open_view(memory: Path, token: str | None = None, pose_provider: Any = None
+              ) -> tuple[ViewServer, MemoryEngine]:
+    engine = MemoryEngine(MemoryConfig.from_mapping({"memory_dir": str(memory)}),
+                          pose_provider=pose_provider)
     server = ViewServer(ViewBackend(EngineClient(engine), StoreReader(memory), str(memory)),
                         "127.0.0.1", 0, token=token).start()
     return server, engine

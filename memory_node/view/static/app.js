@@ -97,6 +97,10 @@ function fit() {
   state.view.s = Math.max(0.5, Math.min(400, 0.85 * Math.min(w / Math.max(1, x1 - x0), h / Math.max(1, y1 - y0))));
   return true;
 }
+function reveal(x, y) {  // pan so that (x, y) is on screen, only when it is not
+  const [px, py] = toScreen(x, y), [w, h] = size();
+  if (px < 20 || py < 20 || px > w - 20 || py > h - 20) { state.view.cx = x; state.view.cy = y; redraw(); }
+}
 let frameRequested = false;
 function redraw() {
   if (frameRequested) return;
@@ -417,7 +421,7 @@ function renderHits(answer) {
     if (r.text) body.appendChild(html("div", { class: "text" }, r.text));
     if (r.tags && Object.keys(r.tags).length) body.appendChild(html("div", { class: "tags" }, JSON.stringify(r.tags)));
     hit.appendChild(body);
-    hit.addEventListener("click", () => { showRow(r.id); if (r.pose && r.pose.x !== null) { state.view.cx = r.pose.x; state.view.cy = r.pose.y; redraw(); } });
+    hit.addEventListener("click", () => { showRow(r.id); if (r.pose && r.pose.x !== null) reveal(r.pose.x, r.pose.y); });
     box.appendChild(hit);
   });
   redraw();
