@@ -37,6 +37,7 @@ LIDAR_ROWS_MAX = 400  # lidar rows the occupancy backdrop is made from
 OCCUPANCY_CELLS_MAX = 20000
 # A sensor-frame scan's points this close above its lowest ones are the floor, not obstacles.
 FLOOR_BAND_M = 0.15
+_IMAGE_REF = "(ref LIKE '%.jpg' OR ref LIKE '%.jpeg')"
 _COLUMNS = ("id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id, "
             "note_key")
 
@@ -104,11 +105,11 @@ class StoreReader:
 
     # ---- what the map draws -------------------------------------------------------------
     def image_streams(self) -> list[str]:
-        """Streams whose rows carry a keyframe image (camera streams)."""
-        rows = self._query(
-            "SELECT DISTINCT stream FROM observations WHERE ref LIKE '%.jpg' OR ref LIKE "
-            "'%.jpeg'")
-        return sorted(r[0] for r in rows)
+        """Streams whose rows carry a keyframe image (camera streams), each found by one
+        indexed look-up rather than a scan of every row."""
+        names = [r[0] for r in self._query("SELECT DISTINCT stream FROM observations")]
+        return sorted(n for n in names if self._query(
+            f"SELECT 1 FROM observations WHERE stream = ? AND {_IMAGE_REF} LIMIT 1", [n]))
 
     def world_frame(self) -> str:
         row = self._query("SELECT frame FROM observations WHERE x IS NOT NULL AND frame IS NOT"
@@ -136,11 +137,15 @@ class StoreReader:
     def keyframes(self, window: Window, max_points: int) -> tuple[list[list[Any]], int]:
         """([id, t, x, y, yaw] of posed camera keyframes in time order, downsampled; how many
         there are in the window)."""
+        streams = self.image_streams()
+        if not streams:
+            return [], 0
         where, params = window.sql()
+        marks = ",".join("?" * len(streams))
         rows = self._query(
-            "SELECT id, t, x, y, yaw FROM observations WHERE (ref LIKE '%.jpg' OR ref LIKE "
-            f"'%.jpeg') AND x IS NOT NULL{' AND ' + where if where else ''} ORDER BY t, id",
-            params)
+            f"SELECT id, t, x, y, yaw FROM observations WHERE stream IN ({marks}) AND "
+            f"{_IMAGE_REF} AND x IS NOT NULL{' AND ' + where if where else ''} ORDER BY t, id",
+            [*streams, *params])
         keep = downsample(len(rows), max_points)
         return ([[rows[i][0], round(rows[i][1], 3), round(rows[i][2], 3), round(rows[i][3], 3),
                   round(rows[i][4] or 0.0, 3)] for i in keep], len(rows))
@@ -186,14 +191,18 @@ class StoreReader:
     def neighbours(self, row_id: int) -> tuple[int | None, int | None]:
         """The camera keyframes just before and just after the row (any camera stream)."""
         obs, _ = self._row(row_id)
-        image = "(ref LIKE '%.jpg' OR ref LIKE '%.jpeg')"
-        prev = self._query(
-            f"SELECT id FROM observations WHERE {image} AND (t < ? OR (t = ? AND id < ?))"
-            " ORDER BY t DESC, id DESC LIMIT 1", [obs.t, obs.t, row_id])
-        nxt = self._query(
-            f"SELECT id FROM observations WHERE {image} AND (t > ? OR (t = ? AND id > ?))"
-            " ORDER BY t, id LIMIT 1", [obs.t, obs.t, row_id])
-        return (prev[0][0] if prev else None), (nxt[0][0] if nxt else None)
+        before: list[tuple[float, int]] = []
+        after: list[tuple[float, int]] = []
+        for stream in self.image_streams():  # one indexed look-up each way per stream
+            before += [(r[1], r[0]) for r in self._query(
+                f"SELECT id, t FROM observations WHERE stream = ? AND {_IMAGE_REF} AND "
+                "t <= ? AND (t < ? OR id < ?) ORDER BY t DESC, id DESC LIMIT 1",
+                [stream, obs.t, obs.t, row_id])]
+            after += [(r[1], r[0]) for r in self._query(
+                f"SELECT id, t FROM observations WHERE stream = ? AND {_IMAGE_REF} AND "
+                "t >= ? AND (t > ? OR id > ?) ORDER BY t, id LIMIT 1",
+                [stream, obs.t, obs.t, row_id])]
+        return (max(before)[1] if before else None), (min(after)[1] if after else None)
 
     # ---- images ---------------------------------------------------------------------------
     def _image_path(self, ref: str | None) -> Path | None:
@@ -234,9 +243,9 @@ class StoreReader:
     def occupancy(self, cell: float = 0.1) -> dict[str, Any]:
         """Cells of the world (x, y, hits) where lidar points fell, seen from above: made from
         up to LIDAR_ROWS_MAX lidar rows spread over the store, cached until rows change."""
-        version = self.data_version()
+        key = (self.data_version(), cell)
         cached = self._occupancy
-        if cached is not None and cached[0] == (version, cell):
+        if cached is not None and cached[0] == key:
             return cached[1]
         rows = self._query("SELECT x, y, yaw, frame, tags, ref FROM observations WHERE"
                            " stream = 'lidar' AND ref LIKE '%.npy' AND x IS NOT NULL"
@@ -252,7 +261,9 @@ class StoreReader:
                 world = pts[:, :2]  # a cloud already in the world frame (a map chunk)
                 world = world[pts[:, 2] > 0.05]
             else:  # a scan in the robot's frame: place it at the row's pose, floor left out
-                pts = pts[pts[:, 2] > np.percentile(pts[:, 2], 2) + FLOOR_BAND_M]
+                low = np.percentile(pts[:, 2], 2)
+                if np.percentile(pts[:, 2], 98) - low > 2 * FLOOR_BAND_M:  # 3-D: has a floor
+                    pts = pts[pts[:, 2] > low + FLOOR_BAND_M]
                 c, s = math.cos(yaw or 0.0), math.sin(yaw or 0.0)
                 world = np.column_stack((x + c * pts[:, 0] - s * pts[:, 1],
                                          y + s * pts[:, 0] + c * pts[:, 1]))
@@ -271,7 +282,7 @@ class StoreReader:
                  for (kx, ky), k in counts.items()]
         out = {"ok": True, "cell": cell, "cells": cells, "scans": min(len(rows),
                                                                       LIDAR_ROWS_MAX)}
-        self._occupancy = ((version, cell), out)
+        self._occupancy = (key, out)
         return out
 
     def _points(self, ref: str | None) -> np.ndarray | None:

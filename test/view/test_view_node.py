@@ -1,5 +1,6 @@
 """`view_port` on the query server: the running node serves the same page and API over its
-own engine while active, and stops serving when it shuts down."""
+own engine while active, and stops serving when it shuts down; `memory-view --ros` beside it
+answers the same searches through the services."""
 
 from __future__ import annotations
 
@@ -33,6 +34,19 @@ def test_the_server_serves_the_view_on_view_port(imported_store, ros_process, tm
     assert status == 200 and answer["count"] > 0
     status, _, page = http(f"{base}/")
     assert status == 200 and b'id="map"' in page
+    # memory-view --ros beside it: search through the services, the map from the directory.
+    view_port = _free_port()
+    view = ros_process(["-m", "memory_node.view.server", "--ros", "--memory-dir", str(memory),
+                        "--port", str(view_port)])
+    view.wait_for_line(r"memory-view: serving .* on http://127\.0\.0\.1:\d+/", timeout=120)
+    other = f"http://127.0.0.1:{view_port}"
+    status, answer_ros = get_json(f"{other}/api/search", data=b"a bright scene")
+    assert status == 200
+    assert [r["id"] for r in answer_ros["results"]] == [r["id"] for r in answer["results"]]
+    status, kf_ros = get_json(f"{other}/api/keyframes")
+    assert status == 200 and kf_ros["keyframes"] == kf["keyframes"]
+    assert stop(view) == 0
+
     # Shut down (Ctrl-C): the view stops with the node, cleanly.
     assert stop(proc) == 0
     assert "Traceback" not in proc.output

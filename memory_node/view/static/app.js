@@ -101,8 +101,12 @@ function reveal(x, y) {  // pan so that (x, y) is on screen, only when it is not
   const [px, py] = toScreen(x, y), [w, h] = size();
   if (px < 20 || py < 20 || px > w - 20 || py > h - 20) { state.view.cx = x; state.view.cy = y; redraw(); }
 }
+// Layers to draw at the next frame: a pan or zoom moves them all, a search only its marks.
+const LAYERS = ["grid", "occupancy", "track", "places", "keyframes", "notes", "marks"];
+const dirty = new Set();
 let frameRequested = false;
-function redraw() {
+function redraw(layers = LAYERS) {
+  for (const layer of layers) dirty.add(layer);
   if (frameRequested) return;
   frameRequested = true;
   requestAnimationFrame(() => { frameRequested = false; draw(); });
@@ -269,8 +273,17 @@ function drawMarks() {
     el("title", {}, robot).textContent = `the robot now: x=${fmt(state.pose.x)} y=${fmt(state.pose.y)}`;
   }
 }
+const DRAW = { grid: () => drawGrid(), occupancy: () => drawOccupancy(), track: () => drawTrack(),
+  places: () => drawPlaces(), keyframes: () => drawKeyframes(), notes: () => drawNotes(), marks: () => drawMarks() };
 function draw() {
-  drawGrid(); drawOccupancy(); drawTrack(); drawPlaces(); drawKeyframes(); drawNotes(); drawMarks();
+  const layers = LAYERS.filter((l) => dirty.has(l));
+  dirty.clear();
+  for (const layer of layers) DRAW[layer]();
+}
+function selectDot(id) {  // the selected keyframe, without redrawing every dot
+  for (const dot of document.querySelectorAll("#map .keyframe.selected")) dot.classList.remove("selected");
+  const dot = document.querySelector(`#map .keyframe[data-id="${id}"]`);
+  if (dot) dot.classList.add("selected");
 }
 
 // ---- data ----------------------------------------------------------------------------------
@@ -291,7 +304,7 @@ async function loadOccupancy() {
   try {
     state.occupancy = await api("/api/occupancy");
     state.occupancyAt = Date.now();
-    redraw();
+    redraw(["occupancy"]);
   } catch (e) { state.occupancy = null; }
 }
 function showCounts() {
@@ -402,7 +415,7 @@ async function runSearch() {
   } catch (e) {
     state.hits = [];
     box.replaceChildren(html("p", { class: "error" }, e.message));
-    redraw();
+    redraw(["marks"]);
   }
 }
 function renderHits(answer) {
@@ -424,7 +437,7 @@ function renderHits(answer) {
     hit.addEventListener("click", () => { showRow(r.id); if (r.pose && r.pose.x !== null) reveal(r.pose.x, r.pose.y); });
     box.appendChild(hit);
   });
-  redraw();
+  redraw(["marks"]);
 }
 
 // ---- visits ----------------------------------------------------------------------------------
@@ -484,7 +497,7 @@ async function showRow(id) {
     if (r.archived) rows.push(["archived", "yes"]);
     for (const [k, v] of rows) { const tr = html("tr"); tr.append(html("th", {}, k), html("td", {}, v)); table.appendChild(tr); }
     box.appendChild(table);
-    redraw();
+    selectDot(r.id);
   } catch (e) { box.replaceChildren(html("p", { class: "error" }, e.message)); }
 }
 
@@ -493,11 +506,11 @@ function setNear(x, y) {
   state.near = { x, y, radius: Number($("#radius").value) || 2 };
   $("#near").hidden = false;
   $("#near-text").textContent = `x=${fmt(x)} y=${fmt(y)}`;
-  redraw();
+  redraw(["marks"]);
   runSearch();
 }
-$("#radius").addEventListener("change", () => { if (state.near) { state.near.radius = Number($("#radius").value) || 2; redraw(); runSearch(); } });
-$("#near-clear").addEventListener("click", () => { state.near = null; $("#near").hidden = true; redraw(); });
+$("#radius").addEventListener("change", () => { if (state.near) { state.near.radius = Number($("#radius").value) || 2; redraw(["marks"]); runSearch(); } });
+$("#near-clear").addEventListener("click", () => { state.near = null; $("#near").hidden = true; redraw(["marks"]); });
 $("#visits-here").addEventListener("click", () => {
   if (!state.near) return;
   showVisits({ visits: true, near_x: state.near.x, near_y: state.near.y, radius: state.near.radius }, `visits within ${state.near.radius} m of x=${fmt(state.near.x)} y=${fmt(state.near.y)}`);
@@ -539,7 +552,7 @@ async function poll() {
     if (counts !== state.counts) {
       state.counts = counts;
       await loadMap();
-    } else if (moved) redraw();
+    } else if (moved) redraw(["marks"]);
     if (lidar > 0 && lidar !== state.lidarCount && Date.now() - state.occupancyAt > 10000) {
       state.lidarCount = lidar;
       loadOccupancy();
