@@ -82,6 +82,7 @@ class StoreReader:
         self._thumbs: OrderedDict[int, bytes] = OrderedDict()
         self._thumbs_lock = threading.Lock()
         self._occupancy: tuple[Any, dict[str, Any]] | None = None
+        self._image_streams: tuple[Any, list[str]] | None = None
 
     # ---- connection ---------------------------------------------------------------------
     def _db(self) -> sqlite3.Connection:
@@ -106,10 +107,16 @@ class StoreReader:
     # ---- what the map draws -------------------------------------------------------------
     def image_streams(self) -> list[str]:
         """Streams whose rows carry a keyframe image (camera streams), each found by one
-        indexed look-up rather than a scan of every row."""
+        indexed look-up; asked again only once rows were added."""
+        newest = self._query("SELECT max(id) FROM observations")[0][0]
+        cached = self._image_streams
+        if cached is not None and cached[0] == newest:
+            return cached[1]
         names = [r[0] for r in self._query("SELECT DISTINCT stream FROM observations")]
-        return sorted(n for n in names if self._query(
+        found = sorted(n for n in names if self._query(
             f"SELECT 1 FROM observations WHERE stream = ? AND {_IMAGE_REF} LIMIT 1", [n]))
+        self._image_streams = (newest, found)
+        return found
 
     def world_frame(self) -> str:
         row = self._query("SELECT frame FROM observations WHERE x IS NOT NULL AND frame IS NOT"
@@ -243,9 +250,9 @@ class StoreReader:
     def occupancy(self, cell: float = 0.1) -> dict[str, Any]:
         """Cells of the world (x, y, hits) where lidar points fell, seen from above: made from
         up to LIDAR_ROWS_MAX lidar rows spread over the store, cached until rows change."""
-        key = (self.data_version(), cell)
+        version = (self.data_version(), cell)
         cached = self._occupancy
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == version:
             return cached[1]
         rows = self._query("SELECT x, y, yaw, frame, tags, ref FROM observations WHERE"
                            " stream = 'lidar' AND ref LIKE '%.npy' AND x IS NOT NULL"
@@ -282,7 +289,7 @@ class StoreReader:
                  for (kx, ky), k in counts.items()]
         out = {"ok": True, "cell": cell, "cells": cells, "scans": min(len(rows),
                                                                       LIDAR_ROWS_MAX)}
-        self._occupancy = (key, out)
+        self._occupancy = (version, out)
         return out
 
     def _points(self, ref: str | None) -> np.ndarray | None:
