@@ -39,9 +39,18 @@ function ago(t) {
     : s < 172800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} days`;
   return future ? `in ${text}` : `${text} ago`;
 }
+// Colour by time rank among what the map shows (blue oldest, red newest): a store with gaps
+// (a recording imported months before today's notes) still spreads its colours.
+let timeRanks = [];
+function rankTimes() {
+  timeRanks = state.track.map((p) => p[0]).concat(state.keyframes.map((k) => k[1]), state.notes.map((n) => n.t));
+  timeRanks.sort((a, b) => a - b);
+}
 function timeColor(t) {
-  const [a, b] = state.span || [t, t];
-  const f = b > a ? Math.min(1, Math.max(0, (t - a) / (b - a))) : 1;
+  const n = timeRanks.length;
+  let lo = 0, hi = n;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (timeRanks[mid] <= t) lo = mid + 1; else hi = mid; }
+  const f = n > 1 ? Math.min(1, Math.max(0, (lo - 1) / (n - 1))) : 1;
   return `hsl(${Math.round(240 * (1 - f))} 80% 45%)`;
 }
 function isImage(ref) { return !!ref && /\.jpe?g$/i.test(ref); }
@@ -296,6 +305,7 @@ async function loadMap() {
   state.keyframes = kf.keyframes;
   state.kfTotal = kf.total;
   state.notes = notes.notes;
+  rankTimes();
   if (!state.fitted) state.fitted = fit();
   showCounts();
   redraw();
