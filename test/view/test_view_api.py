@@ -258,3 +258,26 @@ def test_the_command_serves_the_store_until_ctrl_c(imported_store):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_without_a_store_directory_search_works_and_the_map_says_why_not(view):
+    """A memory with no directory on this machine (the fleet store): search and streams are
+    served, the map's routes answer 503 saying why."""
+    from memory_node.agent.client import EngineClient
+    from memory_node.view.server import ViewBackend, ViewServer
+
+    _, engine = view
+    server = ViewServer(ViewBackend(EngineClient(engine), None, where="the fleet store"),
+                        "127.0.0.1", 0).start()
+    try:
+        base = server.url.rstrip("/")
+        status, answer = get_json(f"{base}/api/search", data=b"a bright scene")
+        assert status == 200 and answer["count"] > 0
+        for path in ("/api/track", "/api/keyframes", "/api/rows/1",
+                     f"/api/rows/{answer['results'][0]['id']}/image", "/api/occupancy"):
+            status, err = get_json(base + path)
+            assert status == 503 and err["ok"] is False, path
+            assert err["error"]["code"] == "unavailable"
+            assert "the fleet store" in err["error"]["message"]
+    finally:
+        server.stop()
