@@ -93,10 +93,38 @@ def test_search_lists_the_apis_hits_with_thumbnails_and_opens_a_hit(view, import
         shutil.copy(shot, os.environ["MEMORY_VIEW_SCREENSHOT"])
 
 
-def test_a_map_click_searches_there_and_a_place_shows_its_visits(view, page):
+def test_a_map_click_searches_there_zoom_and_pan_move_the_map(view, page):
     server, engine = view
     page.goto(server.url)
     page.wait_for_selector("#map .keyframe")
+    # The streams panel: one row per stream of the streams answer.
+    streams = json.loads(engine.streams())["streams"]
+    page.wait_for_function(f"document.querySelectorAll('#streams table tr').length >= "
+                           f"{len(streams) + 1}")
+    names = page.eval_on_selector_all("#streams table:first-of-type tr td:first-child",
+                                      "els => els.map(e => e.textContent.split(' ')[0])")
+    assert names == [s["name"] for s in streams]
+
+    # Zoom in on the map's centre: dots move apart and the scale bar says fewer metres; a
+    # drag pans them by the drag.
+    box = page.locator("#map").bounding_box()
+    assert box is not None
+    first = page.locator("#map .keyframe").first
+    scale_before = page.text_content("#overlay .scalebar text")
+    x0 = float(first.get_attribute("cx") or 0)
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.wheel(0, -800)
+    page.wait_for_function(f"document.querySelector('#overlay .scalebar text').textContent "
+                           f"!== {json.dumps(scale_before)}")
+    x1 = float(first.get_attribute("cx") or 0)
+    assert x1 != x0
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 2 + 100, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    page.wait_for_function(f"Math.abs(Number(document.querySelector('#map .keyframe')"
+                           f".getAttribute('cx')) - {x1} - 100) < 1")
+    assert page.locator("#near:not([hidden])").count() == 0  # a drag is not a click
+    page.mouse.wheel(0, 800)
     # A click on the map beside a keyframe (not on it) searches around that point.
     spot = page.evaluate("""() => {
         for (const dot of document.querySelectorAll('#map .keyframe')) {
