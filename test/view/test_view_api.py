@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import sqlite3
@@ -18,6 +17,7 @@ import cv2
 import numpy as np
 import pytest
 from conftest import camera_ids, get_json, http, open_view
+from ros_helpers import spawn, stop
 
 from memory_node.view.store_reader import NotFound, StoreReader
 
@@ -239,25 +239,16 @@ def test_the_command_refuses_an_open_host_without_a_token_and_a_missing_store(tm
 
 
 def test_the_command_serves_the_store_until_ctrl_c(imported_store):
-    proc = subprocess.Popen([*_memory_view(), "--memory-dir", str(imported_store), "--port",
-                             "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = spawn([*_memory_view(), "--memory-dir", str(imported_store), "--port", "0"])
     try:
-        url = None
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            found = re.search(r"serving .* on (http://127\.0\.0\.1:\d+/)", line)
-            if found:
-                url = found.group(1)
-                break
-        assert url, "memory-view never said where it serves"
+        found = proc.wait_for_line(r"serving .* on (http://127\.0\.0\.1:\d+/)", timeout=120)
+        url = found.group(1)
         status, answer = get_json(f"{url}api/streams")
         assert status == 200 and answer["ok"] is True
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.popen.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def test_without_a_store_directory_search_works_and_the_map_says_why_not(view):
