@@ -321,7 +321,9 @@ setup(
     # Runtime dependencies live in requirements/ (pinned) and package.xml (rosdep), not here:
     # colcon on a robot must not try to install PyPI copies of ROS packages.
     install_requires=["setuptools"],
-    package_data={f"{PACKAGE}.fleet": ["schema.sql"]},
+    # The memory view's page (HTML, JS, CSS) ships in the package: it works with no network.
+    package_data={f"{PACKAGE}.fleet": ["schema.sql"],
+                  f"{PACKAGE}.view": ["static/*.html", "static/*.js", "static/*.css"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -344,6 +346,7 @@ setup(
             "memory-eval = memory_node.eval:main",
             "memory-models = memory_node.models:main",
             "memory-export = memory_node.export:main",
+            "memory-view = memory_node.view.server:main",
         ],
     },
     distclass=BinaryDistribution,

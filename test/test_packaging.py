@@ -32,6 +32,7 @@ COMMANDS = {
     "memory-eval": "memory_node.eval:main",
     "memory-models": "memory_node.models:main",
     "memory-export": "memory_node.export:main",
+    "memory-view": "memory_node.view.server:main",
 }
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hmac
 import logging
 import os
 import sys
@@ -38,6 +37,7 @@ from mcp_types import Tool as MCPTool
 
 from memory_node import __version__
 from memory_node.agent.client import EngineClient, MemoryClient
+from memory_node.agent.http_guard import BearerTokenMiddleware
 from memory_node.agent.prompt import MEMORY_PROMPT_SECTION
 from memory_node.agent.skills import Clock, Skill, get_skills
 from memory_node.core.parameters import split_ros_args
@@ -95,40 +95,6 @@ class MemoryMCPServer(MCPServer):
         if result.is_error:
             raise ToolError(f"Error executing tool {name}: {result.message}")
         return CallToolResult(content=[TextContent(type="text", text=result.text)])
-
-
-class BearerTokenMiddleware:
-    """ASGI middleware: HTTP requests without `Authorization: Bearer <token>` get 401.
-
-    A shared secret for one agent host on a trusted network; use TLS in front of it (a
-    reverse proxy) whenever the port is reachable from elsewhere.
-    """
-
-    def __init__(self, app: Any, token: str) -> None:
-        if not token:
-            raise ValueError("the bearer token must not be empty")
-        self.app = app
-        self._expected = token.encode()
-
-    def _authorised(self, scope: dict[str, Any]) -> bool:
-        for key, value in scope.get("headers") or ():
-            if key.lower() == b"authorization":
-                scheme, _, credential = value.strip().partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(
-                    credential.strip(), self._expected)
-        return False
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not self._authorised(scope):
-            from starlette.responses import JSONResponse
-
-            response = JSONResponse(
-                {"error": "unauthorized",
-                 "message": "missing or wrong bearer token (Authorization: Bearer <token>)"},
-                status_code=401, headers={"WWW-Authenticate": 'Bearer realm="memory-mcp"'})
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 # ---- command line -------------------------------------------------------------------------

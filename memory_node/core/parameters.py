@@ -32,6 +32,8 @@ SERVER_PARAMS: dict[str, tuple[Any, str]] = {
     "service_queue_depth": (1000, "requests the middleware keeps for each service"),
     "clock_wait_s": (2.0, "with use_sim_time: how long a request waits for a first /clock"),
     "answer_resend_s": (10.0, "how long an answer is re-sent to a client not discovered yet"),
+    "view_port": (0, "serve the memory view (memory-view's page) on 127.0.0.1 at this port "
+                     "while active (0 = off)"),
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {**RECORDER_CHOICES, "backend": ("local", "fleet")}

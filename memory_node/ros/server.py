@@ -90,6 +90,7 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         self.poses = poses or pose_tracker_from_params(
             self, callback_group=MutuallyExclusiveCallbackGroup())
         self._persist_timer: Timer | None = None
+        self._view: Any = None  # the memory view's server (view_port), while active
         self._memory_services: list = []
         from visualization_msgs.msg import MarkerArray
 
@@ -198,20 +199,50 @@ class MemoryServer(MaskedLogging, LifecycleNode):
             self._persist_timer = self.create_timer(period, self._maintain,
                                                     callback_group=self._compaction)
         self.get_logger().info("active: " + ", ".join(SERVICES.values()))
+        self.start_view()
         return TransitionCallbackReturn.SUCCESS
+
+    def start_view(self) -> None:
+        """The memory view on 127.0.0.1:view_port over this node's engine (0: none). A port
+        that cannot be had is logged; the services stay up."""
+        port = int(self.settings["view_port"])
+        if port <= 0 or self._view is not None or self.engine is None:
+            return
+        from memory_node.agent.client import EngineClient
+        from memory_node.view.server import ViewBackend, ViewServer
+        from memory_node.view.store_reader import StoreReader
+
+        local = self.settings["backend"] != "fleet"
+        backend = ViewBackend(EngineClient(self.engine),
+                              StoreReader(self.engine.config.root) if local else None,
+                              where=self.engine.serves)
+        try:
+            self._view = ViewServer(backend, "127.0.0.1", port).start()
+        except (OSError, TimeoutError) as exc:
+            self.get_logger().error(f"memory view not served: {exc}")
+            return
+        self.get_logger().info(f"memory view on {self._view.url}")
+
+    def stop_view(self) -> None:
+        if self._view is not None:
+            self._view.stop()
+            self._view = None
 
     def on_deactivate(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self.stop_view()
         self.get_logger().info("inactive: services answer not_active")
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state: State) -> TransitionCallbackReturn:
         # The engine stays open so a later configure with the same parameters is a no-op.
         self._active = False
+        self.stop_view()
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self.stop_view()
         self.close_engine()
         return TransitionCallbackReturn.SUCCESS
 
