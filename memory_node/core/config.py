@@ -110,6 +110,11 @@ class MemoryConfig:
     # Visits: pose samples further apart than this are a gap in the pose history (a visit
     # never spans one); also what splits a compaction cell's rows into visits.
     visit_gap_s: float = 30.0
+    # Running for weeks: the memory directory's size on disk in MiB (0: no budget; over it,
+    # the oldest sensor data goes first, see core/budget.py), and how often compaction and
+    # the budget run in the background (0: only on request).
+    disk_budget_mb: float = 0.0
+    compact_interval_s: float = 3600.0
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -164,6 +169,8 @@ class MemoryConfig:
         self._validate_graph()
         if not self.visit_gap_s > 0:
             raise ConfigError("visit_gap_s must be > 0")
+        if self.disk_budget_mb < 0 or self.compact_interval_s < 0:
+            raise ConfigError("disk_budget_mb and compact_interval_s must be >= 0 (0: off)")
         if not self.caption_max_per_min > 0:
             raise ConfigError("caption_max_per_min must be > 0")
         if self.image_embedder not in ("", "clip"):
