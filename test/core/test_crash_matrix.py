@@ -252,8 +252,8 @@ def test_sigkill_during_disk_budget(tmp_path):
             return False
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            rows, evicted, _refs, _files = _rows_per_stream(root)
-            if sum(evicted.values()) or _files != files:
+            _rows, evicted, _refs, files_now = _rows_per_stream(root)
+            if sum(evicted.values()) or files_now != files:
                 return True
             time.sleep(0.0005)
         return True
@@ -263,7 +263,7 @@ def test_sigkill_during_disk_budget(tmp_path):
     rows, evicted, refs, files_now = _rows_per_stream(root)
     assert refs <= files_now  # every blob a row names is there
     for stream, n in before.items():  # every row gone is counted, and only those
-        assert before[stream] - rows.get(stream, 0) == evicted.get(stream, 0), stream
+        assert n - rows.get(stream, 0) == evicted.get(stream, 0), stream
     # The restart finishes: under budget, no blob file without a row.
     eng = make_engine(root, FakeClock(NOW), PoseBox(), disk_budget_mb=budget_mb)
     try:
@@ -274,4 +274,4 @@ def test_sigkill_during_disk_budget(tmp_path):
     rows, evicted, refs, files_now = _rows_per_stream(root)
     assert refs == files_now
     for stream, n in before.items():
-        assert before[stream] - rows.get(stream, 0) == evicted.get(stream, 0), stream
+        assert n - rows.get(stream, 0) == evicted.get(stream, 0), stream
