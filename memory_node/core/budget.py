@@ -46,6 +46,11 @@ BATCH = 256  # rows per transaction
 POSE_STEP_SHARE = 1 / 3  # pose samples left at most 2/3 of visit_gap_s apart: visits hold
 MAX_POSE_STEP_S = 3600.0
 NOTES_TTL_S = 1.0  # how long the eviction record a search reads is cached
+# An older memory.db (no incremental vacuum) up to this size is rewritten once so that freed
+# pages go back to the file system; a larger one is not (VACUUM holds the write lock for the
+# whole rewrite, and the recorder would wait): its free pages are reused by new rows instead,
+# and count as room made.
+VACUUM_MAX_BYTES = 256 * MIB
 
 
 def _clock(t: float) -> str:
@@ -211,12 +216,13 @@ class DiskBudget:
             self._said_full = False
             return report
         t0 = time.perf_counter()
-        mode, _free, _page = self.store.free_pages()
-        if mode != 2 and self.store.vacuum_into_incremental():
-            log.info("memory.db rewritten once (VACUUM) so that the pages the disk budget "
-                     "frees go back to the file system")
+        if self.store.free_pages()[0] != 2:
+            size = (self.root / "memory.db").stat().st_size
+            if size <= VACUUM_MAX_BYTES and self.store.vacuum_into_incremental():
+                log.info("memory.db rewritten once (VACUUM) so that the pages the disk "
+                         "budget frees go back to the file system")
         target = budget * LOW_WATER
-        total = self.meter.total()
+        total = self._used()
         steps: list[Callable[[dict[str, Any]], Iterator[None]]] = [
             self._archived_blobs, self._archived_rows, self._unkept_rows, self._kept_rows,
             self._coarser_poses]
@@ -225,13 +231,13 @@ class DiskBudget:
                 break
             for _ in step(report):
                 self.store.reclaim()
-                total = self.meter.total()
+                total = self._used()
                 if total <= target or self.cancelled():
                     break
             if self.cancelled():
                 break
         self.store.reclaim()
-        total = self.meter.total()
+        total = self._used()
         self._record = None
         report.update(disk_bytes=total, took_s=round(time.perf_counter() - t0, 3),
                       status="under" if total <= budget else "over")
@@ -248,6 +254,12 @@ class DiskBudget:
                  "%.2f s", before, total, budget, report["blobs_removed"],
                  report["rows_removed"], report["took_s"])
         return report
+
+    def _used(self) -> int:
+        """The size on disk, less the free pages of a memory.db that cannot give them back
+        (no incremental vacuum): new rows reuse those before the file grows."""
+        mode, free, page = self.store.free_pages()
+        return self.meter.total() - (free * page if mode != 2 else 0)
 
     def _archived_blobs(self, report: dict[str, Any]) -> Iterator[None]:
         while found := self.store.archived_with_blobs(self.sensors, BATCH):

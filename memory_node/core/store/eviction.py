@@ -50,9 +50,10 @@ class EvictionStore:
         def _row(r: tuple) -> Observation: ...
 
     def prepare_eviction(self) -> None:
-        """The index eviction and `oldest_t` read the archive by (oldest first)."""
+        """The indexes eviction and `oldest_times` read the archive by (oldest first)."""
         with self._wlock:
             self._w.execute("CREATE INDEX IF NOT EXISTS archive_stream_t ON archive(stream, t)")
+            self._w.execute("CREATE INDEX IF NOT EXISTS archive_t ON archive(t)")
 
     # ---- reads ----------------------------------------------------------------------------
     def max_row_id(self) -> int:
