@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from memory_node.core.compaction import choose_kept, referenced_ids, time_pages
+from memory_node.core.compaction import YIELD_S, choose_kept, referenced_ids, time_pages
 from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 
@@ -230,6 +230,7 @@ class DiskBudget:
             if total <= target:
                 break
             for _ in step(report):
+                time.sleep(YIELD_S)  # searches and saves go first
                 self.store.reclaim()
                 total = self._used()
                 if total <= target or self.cancelled():

@@ -63,6 +63,9 @@ def row_id(obs: Observation) -> int:
 # boundaries, so no cell or visit to one spans two pages): searches and saves take turns with
 # it instead of waiting for a read of the whole history.
 PAGE_CELLS = 12
+# After each transaction a compaction pauses this long: the threads answering searches and
+# saves get the interpreter at once instead of waiting out its switch interval.
+YIELD_S = 0.001
 
 
 def time_pages(store: CompactionStore, streams: list[str], cell_s: float, before_t: float
@@ -253,9 +256,11 @@ class Compactor:
 
         # One transaction: a crash never leaves rows archived that the kept row does not count.
         kept = row_id(keep)
-        return self.store.archive([row_id(o) for o in gone], reason,
-                                  {row_id(o): kept for o in gone}, kept_tags=(kept, kept_tags),
-                                  at=at)
+        moved = self.store.archive([row_id(o) for o in gone], reason,
+                                   {row_id(o): kept for o in gone}, kept_tags=(kept, kept_tags),
+                                   at=at)
+        time.sleep(YIELD_S)
+        return moved
 
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:

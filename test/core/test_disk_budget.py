@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from engine_support import T0, FakeClock, PoseBox, make_engine
 
+from memory_node.agent.client import EngineClient
+from memory_node.agent.skills import get_skills
 from memory_node.core.compaction import choose_kept, referenced_ids
 from memory_node.core.ingest import CameraFrame
 from memory_node.core.types import Observation, Pose
@@ -191,6 +193,11 @@ def test_budget_makes_room_in_order_and_keeps_notes_places_and_visits(built, tmp
         later = ask(eng, {"stream": "camera", "after": horizon + 1, "k": 3})
         assert not any("disk budget" in n for n in later.get("notes") or [])
         assert ask(eng, {"stream": "events", "k": 3}).get("notes") is None
+        # The agent's stream listing says so too.
+        skills = {s.name: s for s in get_skills(EngineClient(eng), clock=clock)}
+        listing = skills["list_memory_streams"].run().text
+        camera_line = next(ln for ln in listing.splitlines() if ln.startswith("camera:"))
+        assert "older rows removed to keep within the disk budget" in camera_line
     finally:
         eng.close()
 
