@@ -66,6 +66,11 @@ WORKER = textwrap.dedent("""
             answer = json.loads(save_item(eng, clock, pose, i))
             assert answer["ok"], answer
             print("ack", i, flush=True)
+    elif mode == "background":  # saves while the engine's own thread compacts
+        for i in count():
+            answer = json.loads(save_item(eng, clock, pose, i))
+            assert answer["ok"], answer
+            print("ack", i, flush=True)
     else:
         print("compacting", flush=True)
         print("done", eng.compact(), flush=True)
@@ -225,13 +230,12 @@ def _rows_per_stream(root: Path) -> tuple[dict[str, int], dict[str, int], set[st
     return rows, evicted, refs, files
 
 
-def test_sigkill_during_disk_budget(tmp_path):
-    """A kill while the budget removes rows and blobs: what it removed is counted, no row
-    names a lost blob, and the next run finishes the job (no file left behind)."""
+def _store_with_blobs(root: Path) -> tuple[dict[str, int], set[str]]:
+    """The compaction store plus 150 camera rows with real JPEG files; (rows per stream, blob
+    files)."""
     import cv2
     import numpy as np
 
-    root = tmp_path / "store"
     _compaction_store(root)
     eng = make_engine(root, FakeClock(NOW), PoseBox())
     rng = np.random.default_rng(3)
@@ -244,8 +248,47 @@ def test_sigkill_during_disk_budget(tmp_path):
     eng.close()
     before, _, refs, files = _rows_per_stream(root)
     assert refs == files and len(files) == 150
-    size = sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
-    budget_mb = size * 0.4 / (1024 * 1024)
+    return before, files
+
+
+def _size(root: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+def test_sigkill_while_saving_during_background_compaction(tmp_path):
+    """Saves answered while the engine's own thread compacts and makes room, then a kill:
+    every acknowledged note is there, every removed row counted, no row names a lost blob."""
+    root = tmp_path / "store"
+    before, _files = _store_with_blobs(root)
+    budget_mb = _size(root) * 0.4 / (1024 * 1024)
+
+    def kill_after(line: str) -> bool:
+        return line.startswith("ack ") and sum(_rows_per_stream(root)[1].values()) > 0
+
+    lines = run_worker("background", root, kill_after, compact_interval_s=0.05,
+                       disk_budget_mb=budget_mb)
+    acked = [int(s.split()[1]) for s in lines if s.startswith("ack ")]
+    assert acked == list(range(len(acked))) and acked
+    rows, evicted, refs, files_now = _rows_per_stream(root)
+    assert refs <= files_now
+    for stream, n in before.items():
+        assert n - rows.get(stream, 0) == evicted.get(stream, 0), stream
+    eng = make_engine(root, FakeClock(NOW), PoseBox())
+    try:
+        notes = json.loads(eng.search('{"stream": "events", "k": 100, "order_by": "time"}'))
+        texts = [r["text"] for r in notes["results"]]
+        for i in acked:
+            assert any(t.startswith(f"Note {i}:") for t in texts), i
+    finally:
+        eng.close()
+
+
+def test_sigkill_during_disk_budget(tmp_path):
+    """A kill while the budget removes rows and blobs: what it removed is counted, no row
+    names a lost blob, and the next run finishes the job (no file left behind)."""
+    root = tmp_path / "store"
+    before, files = _store_with_blobs(root)
+    budget_mb = _size(root) * 0.4 / (1024 * 1024)
 
     def kill_after(line: str) -> bool:
         if line != "compacting":
