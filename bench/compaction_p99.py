@@ -9,8 +9,8 @@ embedding excluded) and odometry. Queries, round-robin: semantic-only, semantic 
 newest camera rows, an odometry time window. "During": the engine's own background thread
 (compact_interval_s) runs its first round on a fresh copy while the queries run, one at a
 time, on the calling thread; only queries answered while the round runs count; fresh copies
-until enough have been timed. "Idle": the same queries on the same copy just before each
-round, for as long as the round before took (the machine's load then). With a budget: the
+until enough have been timed. "Idle": the same queries on a fresh copy right after each round,
+for as long as the round took (the machine's load then). With a budget: the
 same round then removes rows down to half the store's size.
 """
 
@@ -87,19 +87,14 @@ def timed(eng, until=lambda: True, n: int = 10**9) -> list[float]:  # noqa: ANN0
 
 def during(base: Path, work: Path, want: int, **cfg
            ) -> tuple[list[float], list[float], list[float]]:
-    """(query ms while a background round ran, each round's seconds, query ms on an idle
-    copy just before each round, as many as during it: the machine's load then and now)."""
+    """(query ms while a background round ran, each round's seconds, query ms on a fresh idle
+    copy right after each round, for as long as the round took: the machine's load then)."""
     samples: list[float] = []
     rounds: list[float] = []
     idle: list[float] = []
     while len(samples) < want:
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(base, work)
-        eng = engine(work, compact_interval_s=0)
-        timed(eng, n=20)
-        t_end = time.perf_counter() + (rounds[-1] if rounds else 2.0)
-        idle += timed(eng, until=lambda t_end=t_end: time.perf_counter() < t_end)
-        eng.close()
         eng = engine(work, compact_interval_s=0.05, **cfg)
         job = eng._maintenance
         timed(eng, n=20)  # warm
@@ -108,6 +103,13 @@ def during(base: Path, work: Path, want: int, **cfg
         t = time.perf_counter()
         samples += timed(eng, until=lambda job=job: job.rounds == 0)
         rounds.append(time.perf_counter() - t)
+        eng.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(base, work)
+        eng = engine(work, compact_interval_s=0)
+        timed(eng, n=20)
+        t_end = time.perf_counter() + rounds[-1]
+        idle += timed(eng, until=lambda t_end=t_end: time.perf_counter() < t_end)
         eng.close()
     return samples, rounds, idle
 
@@ -124,6 +126,7 @@ def main() -> None:
         from memory_node.core import budget, compaction
 
         compaction.YIELD_S = budget.YIELD_S = args.yield_s
+    load_at_start = machine_info().get("loadavg")
     with tempfile.TemporaryDirectory() as tmp:
         base, work = Path(tmp) / "base", Path(tmp) / "work"
         build(base, args.rows)
@@ -143,14 +146,16 @@ def main() -> None:
         "one at a time on the thread that also serves them in a node, while the engine's own "
         "background thread runs its first round (compact_interval_s) on a fresh copy. "
         f"Machine: {machine_info().get('cpu', '')} {machine_info().get('cpus', '')} CPUs, "
-        "shared with other work.",
+        f"shared with other work (load average {load_at_start} at the start, "
+        f"{machine_info().get('loadavg')} at the end): compare the ratios, not the "
+        "milliseconds.",
         "",
         "| | queries | p50 ms | p99 ms | p99 / idle | round s |",
         "|---|---|---|---|---|---|",
         f"| idle | {p_idle['n']} | {p_idle['p50']:.3f} | {p_idle['p99']:.3f} | 1.00 | |",
         f"| during compaction | {p_comp['n']} | {p_comp['p50']:.3f} | {p_comp['p99']:.3f} | "
         f"{p_comp['p99'] / p_idle['p99']:.2f} | {np.median(comp_s):.2f} |",
-        f"| idle (before each budget round) | {p_idle2['n']} | {p_idle2['p50']:.3f} | "
+        f"| idle (after each budget round) | {p_idle2['n']} | {p_idle2['p50']:.3f} | "
         f"{p_idle2['p99']:.3f} | 1.00 | |",
         f"| during compaction + budget (to half the size) | {p_ev['n']} | {p_ev['p50']:.3f} | "
         f"{p_ev['p99']:.3f} | {p_ev['p99'] / p_idle2['p99']:.2f} | {np.median(evict_s):.2f} |",

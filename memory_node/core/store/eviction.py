@@ -63,11 +63,13 @@ class EvictionStore:
         return int(row[0] or 0)
 
     def refs_after(self, after_id: int) -> list[tuple[int, str]]:
-        """(id, blob ref) of rows added after `after_id` (the disk meter counts their files)."""
+        """(id, blob ref) of rows added after `after_id`, kept or already archived (the disk
+        meter counts their files)."""
         with self._rlock:
             return [(int(i), str(r)) for i, r in self._r.execute(
-                "SELECT id, ref FROM observations WHERE id > ? AND ref IS NOT NULL ORDER BY id",
-                (int(after_id),))]
+                "SELECT id, ref FROM observations WHERE id > ? AND ref IS NOT NULL UNION ALL"
+                " SELECT id, ref FROM archive WHERE id > ? AND ref IS NOT NULL ORDER BY 1",
+                (int(after_id), int(after_id)))]
 
     def oldest_times(self) -> dict[str, float]:
         """{stream: the time of its oldest row, kept or archived} (pose samples left by the
