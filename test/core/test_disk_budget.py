@@ -114,6 +114,7 @@ def test_streams_reports_disk_size_and_no_budget(built, tmp_path):
     root = copy_of(built, tmp_path)
     eng = make_engine(root, FakeClock(NOW), compact_interval_s=0)
     try:
+        assert eng._maintenance is None  # 0: compaction only on request
         answer, by_name = streams(eng)
         assert answer["disk_budget_bytes"] is None
         # The meter stats files it tracks; a walk of the whole tree agrees within a few pages.
