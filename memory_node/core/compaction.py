@@ -176,7 +176,8 @@ class Compactor:
         # Rows are archived by now: whatever the summary step meets, the answer reports what
         # was done, with the step's own status.
         try:
-            summaries = self.summarise(now)
+            summaries = self.summarise(now) if not self.cancelled() else {
+                "status": "error", "written": 0, "message": "stopped: the engine is closing"}
         except Exception as exc:  # noqa: BLE001
             log.warning("summaries stopped: %s: %.200s", type(exc).__name__, exc)
             summaries = {"status": "error", "written": 0,
@@ -279,6 +280,8 @@ class Compactor:
             anchor_vec: np.ndarray | None = None
             pending: list[Observation] = []
             for obs in members:
+                if self.cancelled():  # checked again from the same row next time
+                    return total
                 last_id = max(last_id, row_id(obs))
                 vec = self.vector_of(obs.model_id, obs.stream, obs.id)
                 if (anchor is not None and vec is not None and anchor_vec is not None
