@@ -216,6 +216,9 @@ def _stream_summary(streams: Sequence[Any], now: float,
                 parts.append(f"from {format_when(first, now)} to {format_when(last, now)}")
         if numeric and numeric.get(s.name):
             parts.append("order_by tags: " + ", ".join(numeric[s.name]))
+        evicted = getattr(s, "evicted", 0)
+        if evicted:  # the agent should not take a missing old frame for one never seen
+            parts.append(f"{evicted} older rows removed to keep within the disk budget")
         robots = (getattr(s, "model_extra", None) or {}).get("robots")
         if robots:  # a fleet: the rows of each robot
             parts.append("by robot: " + ", ".join(f"{r['robot']} {r['count']}"

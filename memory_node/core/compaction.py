@@ -21,7 +21,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -59,6 +59,83 @@ def row_id(obs: Observation) -> int:
         raise ValueError(f"a {obs.stream} row at t={obs.t} without an id is not a stored row")
     return obs.id
 
+# Thinning reads the store a page of this many space-time cells at a time (aligned to cell
+# boundaries, so no cell or visit to one spans two pages): searches and saves take turns with
+# it instead of waiting for a read of the whole history.
+PAGE_CELLS = 12
+# After each transaction a compaction pauses this long: the threads answering searches and
+# saves get the interpreter at once instead of waiting out its switch interval.
+YIELD_S = 0.001
+
+
+def time_pages(store: CompactionStore, streams: list[str], cell_s: float, before_t: float
+               ) -> Iterator[list[Observation]]:
+    """The kept rows of `streams` older than `before_t`, in pages of whole time cells,
+    oldest first; empty stretches of time are skipped."""
+    t = store.next_t(streams)
+    while t is not None and t < before_t:
+        lo = math.floor(t / cell_s) * cell_s
+        hi = min(lo + PAGE_CELLS * cell_s, before_t)
+        rows = store.rows_between(streams, lo, hi)
+        if rows:
+            yield rows
+        t = store.next_t(streams, hi)
+
+
+def referenced_ids(store: CompactionStore) -> set[int]:
+    """Ids of observations the notes refer to."""
+    out: set[int] = set()
+    for note in store.rows_of(["events", "summaries"]):
+        out.update(int(m) for m in NOTE_REF.findall(note.text))
+        for key in NOTE_REF_TAGS:
+            v = note.tags.get(key)
+            for item in v if isinstance(v, list) else [v]:
+                if isinstance(item, int) and not isinstance(item, bool):
+                    out.add(item)
+    return out
+
+
+def choose_kept(rows: list[Observation], referenced: set[int], cfg: MemoryConfig
+                ) -> tuple[dict[tuple, list[Observation]], dict[int, set[str]]]:
+    """(each space-time cell's rows, {row id: why it answers questions}): the frames
+    thinning keeps in each cell (its newest, the extremes of each numeric tag, frames notes
+    point to, the first and last of each visit to it). The disk budget removes these last."""
+    cells: dict[tuple, list[Observation]] = defaultdict(list)
+    ends: set[int] = set()  # first and last row of each visit to a cell
+    by_stream: dict[str, list[Observation]] = defaultdict(list)
+    for obs in rows:
+        by_stream[obs.stream].append(obs)
+    for members in by_stream.values():
+        members.sort(key=lambda o: (o.t, o.id))
+        run: list[Observation] = []
+        run_cell = None
+        for obs in members:
+            cell = cell_of(obs, cfg)
+            cells[cell].append(obs)
+            if run and (cell != run_cell or obs.t - run[-1].t > cfg.visit_gap_s):
+                ends.update((row_id(run[0]), row_id(run[-1])))
+                run = []
+            run.append(obs)
+            run_cell = cell
+        if run:
+            ends.update((row_id(run[0]), row_id(run[-1])))
+    reasons: dict[int, set[str]] = {}
+    for members in cells.values():
+        if len(members) < 2:
+            reasons[row_id(members[0])] = {"cell_newest"}
+            continue
+        reasons.update(Compactor._keep(members, referenced, ends))
+    return cells, reasons
+
+
+def cell_of(obs: Observation, cfg: MemoryConfig) -> tuple:
+    ct = math.floor(obs.t / cfg.thin_cell_s)
+    if obs.pose is None:
+        return (obs.stream, ct, None, None)
+    return (obs.stream, ct, math.floor(obs.pose.x / cfg.thin_cell_m),
+            math.floor(obs.pose.y / cfg.thin_cell_m))
+
+
 class Compactor:
     """One compaction run. It receives what it uses (store, configuration, clock, the index
     catch-up, the vectors, the way to store a summary, the LLM settings) and never sees the
@@ -66,8 +143,10 @@ class Compactor:
 
     def __init__(self, store: CompactionStore, config: MemoryConfig, *,
                  clock: Callable[[], float], sync: Callable[[], int], vector_of: VectorOf,
-                 save_summary: SaveSummary, llm_settings: Any = "env"):
+                 save_summary: SaveSummary, llm_settings: Any = "env",
+                 cancelled: Callable[[], bool] = lambda: False):
         self.store = store
+        self.cancelled = cancelled  # checked between pages: a shutdown ends the run there
         self.cfg = config
         self.clock = clock
         self.sync = sync
@@ -97,7 +176,8 @@ class Compactor:
         # Rows are archived by now: whatever the summary step meets, the answer reports what
         # was done, with the step's own status.
         try:
-            summaries = self.summarise(now)
+            summaries = self.summarise(now) if not self.cancelled() else {
+                "status": "error", "written": 0, "message": "stopped: the engine is closing"}
         except Exception as exc:  # noqa: BLE001
             log.warning("summaries stopped: %s: %.200s", type(exc).__name__, exc)
             summaries = {"status": "error", "written": 0,
@@ -117,45 +197,21 @@ class Compactor:
     def thin(self, now: float) -> int:
         cutoff = now - self.cfg.retention_s
         streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
-        rows = self.store.rows_of(streams, before_t=cutoff)
         referenced = self.referenced_ids()
-        cells: dict[tuple, list[Observation]] = defaultdict(list)
-        ends: set[int] = set()  # first and last row of each visit to a cell
-        by_stream: dict[str, list[Observation]] = defaultdict(list)
-        for obs in rows:
-            by_stream[obs.stream].append(obs)
-        for members in by_stream.values():
-            members.sort(key=lambda o: (o.t, o.id))
-            run: list[Observation] = []
-            run_cell = None
-            for obs in members:
-                cell = self._cell(obs)
-                cells[cell].append(obs)
-                if run and (cell != run_cell or obs.t - run[-1].t > self.cfg.visit_gap_s):
-                    ends.update((row_id(run[0]), row_id(run[-1])))
-                    run = []
-                run.append(obs)
-                run_cell = cell
-            if run:
-                ends.update((row_id(run[0]), row_id(run[-1])))
         total = 0
-        for members in cells.values():
-            if len(members) < 2:
-                continue
-            reasons = self._keep(members, referenced, ends)
-            for why in reasons.values():
-                self.kept.update(why)
-            newest = max(members, key=lambda o: (o.t, o.id))  # it counts the archived ones
-            total += self._merge(newest, [o for o in members if o.id not in reasons], "thinned",
-                                 now)
+        for rows in time_pages(self.store, streams, self.cfg.thin_cell_s, cutoff):
+            if self.cancelled():
+                break
+            cells, reasons = choose_kept(rows, referenced, self.cfg)
+            for members in cells.values():
+                if len(members) < 2:
+                    continue
+                for o in members:
+                    self.kept.update(reasons.get(row_id(o), ()))
+                newest = max(members, key=lambda o: (o.t, o.id))  # it counts the archived
+                total += self._merge(newest, [o for o in members if o.id not in reasons],
+                                     "thinned", now)
         return total
-
-    def _cell(self, obs: Observation) -> tuple:
-        ct = math.floor(obs.t / self.cfg.thin_cell_s)
-        if obs.pose is None:
-            return (obs.stream, ct, None, None)
-        return (obs.stream, ct, math.floor(obs.pose.x / self.cfg.thin_cell_m),
-                math.floor(obs.pose.y / self.cfg.thin_cell_m))
 
     @staticmethod
     def _keep(members: list[Observation], referenced: set[int], ends: set[int]
@@ -186,15 +242,7 @@ class Compactor:
 
     def referenced_ids(self) -> set[int]:
         """Ids of observations the notes refer to."""
-        out: set[int] = set()
-        for note in self.store.rows_of(["events", "summaries"]):
-            out.update(int(m) for m in NOTE_REF.findall(note.text))
-            for key in NOTE_REF_TAGS:
-                v = note.tags.get(key)
-                for item in v if isinstance(v, list) else [v]:
-                    if isinstance(item, int) and not isinstance(item, bool):
-                        out.add(item)
-        return out
+        return referenced_ids(self.store)
 
     def _merge(self, keep: Observation, gone: list[Observation], reason: str,
                at: float | None = None) -> int:
@@ -209,9 +257,11 @@ class Compactor:
 
         # One transaction: a crash never leaves rows archived that the kept row does not count.
         kept = row_id(keep)
-        return self.store.archive([row_id(o) for o in gone], reason,
-                                  {row_id(o): kept for o in gone}, kept_tags=(kept, kept_tags),
-                                  at=at)
+        moved = self.store.archive([row_id(o) for o in gone], reason,
+                                   {row_id(o): kept for o in gone}, kept_tags=(kept, kept_tags),
+                                   at=at)
+        time.sleep(YIELD_S)
+        return moved
 
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:
@@ -230,6 +280,8 @@ class Compactor:
             anchor_vec: np.ndarray | None = None
             pending: list[Observation] = []
             for obs in members:
+                if self.cancelled():  # checked again from the same row next time
+                    return total
                 last_id = max(last_id, row_id(obs))
                 vec = self.vector_of(obs.model_id, obs.stream, obs.id)
                 if (anchor is not None and vec is not None and anchor_vec is not None

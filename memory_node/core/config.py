@@ -113,6 +113,11 @@ class MemoryConfig:
     # Free space (MB) left on the memory directory's filesystem for everyone else: sensor rows
     # (camera, lidar, odom) are not stored while there is less; notes still are. 0 = none.
     disk_reserve_mb: float = 0.0
+    # Running for weeks: the memory directory's size on disk in MiB (0: no budget; over it,
+    # the oldest sensor data goes first, see core/budget.py), and how often compaction and
+    # the budget run in the background (0: only on request).
+    disk_budget_mb: float = 0.0
+    compact_interval_s: float = 3600.0
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -169,6 +174,8 @@ class MemoryConfig:
             raise ConfigError("visit_gap_s must be > 0")
         if self.disk_reserve_mb < 0:
             raise ConfigError("disk_reserve_mb must be >= 0 (0: no reserve)")
+        if self.disk_budget_mb < 0 or self.compact_interval_s < 0:
+            raise ConfigError("disk_budget_mb and compact_interval_s must be >= 0 (0: off)")
         if not self.caption_max_per_min > 0:
             raise ConfigError("caption_max_per_min must be > 0")
         if self.image_embedder not in ("", "clip"):

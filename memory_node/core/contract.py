@@ -601,7 +601,8 @@ class SummaryStep(Answer):
 
 
 class CompactAnswer(Reply):
-    omit_if_none: ClassVar[frozenset[str]] = frozenset({"kept", "now", "clock", "took_ms"})
+    omit_if_none: ClassVar[frozenset[str]] = frozenset({"kept", "now", "clock", "budget",
+                                                       "took_ms"})
     ok: Literal[True] = True
     thinned: int = 0
     folded: int = 0
@@ -612,6 +613,8 @@ class CompactAnswer(Reply):
     kept: dict[str, int] | None = None
     now: float | None = None  # the time ages were counted from
     clock: str | None = None  # "store" (the newest recorded row) or "clock" (the node clock)
+    # With a disk budget: what the budget did after compaction (status, bytes, removed).
+    budget: dict[str, Any] | None = None
     took_ms: float | None = None
 
 
@@ -636,6 +639,10 @@ class StreamInfo(Answer):
     caption_tokens_per_hour: int | None = None
     # Rows still to be embedded again after the image embedder changed.
     reembed_pending: int | None = None
+    # Rows the disk budget removed, and the oldest time the stream still has a row of
+    # (kept or archived).
+    evicted: int = 0
+    oldest_t: float | None = None
 
 
 class IndexInfo(Answer):
@@ -674,6 +681,11 @@ class StreamsAnswer(Reply):
     streams: list[StreamInfo] = Field(default_factory=list)
     places: list[PlaceInfo] | None = None
     indexes: list[IndexInfo] | None = None
+    # The memory directory's size on disk, its budget (null: none) and the free space left
+    # on its file system (null where not known, e.g. a fleet store).
+    disk_bytes: int | None = None
+    disk_budget_bytes: int | None = None
+    disk_free_bytes: int | None = None
     took_ms: float | None = None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic_core import to_json
 
+from memory_node.core.budget import DiskBudget
 from memory_node.core.catch_up import CatchUp
 from memory_node.core.compaction import Compactor
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
@@ -46,6 +47,7 @@ from memory_node.core.errors import BadRequest, ContractError, InternalError, Un
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.ingest import CameraFrame, Ingestor
 from memory_node.core.local_backend import LocalBackend
+from memory_node.core.maintenance import Maintenance
 from memory_node.core.notes import NoteEntry, NotesLog, new_key
 from memory_node.core.places import PLACES_STREAM, Place, Places, place_entry
 from memory_node.core.planner import EMPTY_WINDOW, QueryPlanner, SearchBackend
@@ -176,6 +178,8 @@ class MemoryEngine:
         self.backend: SearchBackend[Any] | None = None  # what searches run over; None: closed
         self.notes: NotesLog | None = None
         self.places: Places | None = None
+        self.disk: DiskBudget | None = None  # the store's size, and its budget when set
+        self._maintenance: Maintenance | None = None
         if open_now:
             self.open()
 
@@ -203,6 +207,7 @@ class MemoryEngine:
         indexed = self._index_missing_vectors()
         self._resume_captions()
         self._start_reembed()
+        self._start_maintenance()
         log.info(
             "memory opened at %s: %d observations, %d vectors, %d notes picked up from "
             "Markdown, %d rows indexed late, in %.2f s", cfg.root, self._store.count(),
@@ -244,6 +249,9 @@ class MemoryEngine:
         False when it was not (another process held it, or a write failed: logged), in which
         case the next start loads the previous cache and catches up from memory.db."""
         persisted = False
+        if self._maintenance is not None:  # first: it writes to the store
+            self._maintenance.stop()
+            self._maintenance = None
         self.catch_up.close()
         if self._captioner is not None:
             self._captioner.stop()
@@ -573,6 +581,8 @@ class MemoryEngine:
                              f"and are being re-embedded with {self.camera_model_id()} in the "
                              "background; until then their scores do not compare with the "
                              "others'")
+        if self.disk is not None:  # rows the disk budget removed from this window
+            notes += self.disk.search_notes(plan.streams, plan.t_min)
         results = [self._backend.result(row, score) for row, score in pairs]
         if plan.k_capped:
             notes.append(f"k capped at {self.config.k_max}")
@@ -603,6 +613,8 @@ class MemoryEngine:
             notes.append(f"no robot has pose history on map {plan.map_id} in this time "
                          "window, so visits are not known")
         spans.sort(key=lambda p: (p[0].start, p[1].get("robot", "")))
+        if self.disk is not None:  # pose history the disk budget downsampled
+            notes += self.disk.visit_notes(plan.t_min)[0]
         return self.visits_answer(spans, notes)
 
     def visit_track_window(self, plan: SearchPlan) -> tuple[float | None, float | None]:
@@ -619,6 +631,8 @@ class MemoryEngine:
         its history is missing."""
         assert plan.near is not None
         gap = self.config.visit_gap_s
+        if self.disk is not None:  # a pose history coarser than the gap threshold
+            gap = self.disk.visit_notes(plan.t_min)[1] or gap
         t_max = plan.t_max
         if t_max is None and plan.t_min is not None:
             t_max = max(self.clock(), float(track[-1, 0]) if len(track) else plan.t_min)
@@ -819,12 +833,16 @@ class MemoryEngine:
     def _streams(self) -> StreamsAnswer:
         """`streams`: each stream's counts and times, and the named places."""
         entries = [StreamInfo(**e) for e in self._store.stream_stats()]
+        disk, evicted, oldest = self._disk.streams_fields()
         for entry in entries:
+            entry.evicted = evicted.get(entry.name, 0)
+            entry.oldest_t = oldest.get(entry.name, entry.first_t)
             if entry.name == "camera":
                 self._camera_extras(entry)
         return StreamsAnswer(streams=entries,
                              places=[PlaceInfo(**p.info()) for p in self._places.all()],
-                             indexes=[IndexInfo(**g) for g in self._indexes.graph_info()] or None)
+                             indexes=[IndexInfo(**g) for g in self._indexes.graph_info()] or None,
+                             **disk)
 
     def _camera_extras(self, entry: StreamInfo) -> None:
         """Caption progress and cost (describer vlm), and rows awaiting a new embedding."""
@@ -860,13 +878,52 @@ class MemoryEngine:
         if not self._compact_lock.acquire(blocking=False):
             raise Unavailable("a compaction is already running")
         try:
+            job = self._maintenance
             compactor = Compactor(
                 self._store, self.config, clock=self.clock, sync=self.sync,
                 vector_of=self._indexes.vector, llm_settings=self._llm_settings,
-                save_summary=self._save_note)
-            return CompactAnswer.model_validate(compactor.run())
+                save_summary=self._save_note,
+                cancelled=lambda: job is not None and job.stopping)
+            answer = compactor.run()
+            if self._disk.budget_bytes is not None:
+                answer["budget"] = self._disk.enforce()
+                self.sync()
+            return CompactAnswer.model_validate(answer)
         finally:
             self._compact_lock.release()
+
+    @property
+    def _disk(self) -> DiskBudget:
+        return self._open(self.disk)
+
+    def _start_maintenance(self) -> None:
+        """Compaction and the disk budget in the background (compact_interval_s > 0)."""
+        cfg = self.config
+        self.disk = DiskBudget(self._store, cfg)
+        self._store.prepare_eviction()
+        if cfg.compact_interval_s <= 0:
+            return
+        job = Maintenance(cfg.root, interval_s=cfg.compact_interval_s,
+                          compact=self._background_compact,
+                          enforce_budget=self._background_budget
+                          if self._disk.budget_bytes is not None else None)
+        self.disk.cancelled = lambda: job.stopping
+        self._maintenance = job
+        job.start()
+
+    def _background_compact(self) -> None:
+        try:
+            self._compact()
+        except Unavailable as exc:  # a requested compaction is running, or closing
+            log.debug("background compaction skipped: %s", exc.message)
+
+    def _background_budget(self) -> None:
+        if self._compact_lock.acquire(blocking=False):  # else a compaction runs it
+            try:
+                if self._disk.enforce().get("rows_removed"):
+                    self.sync()
+            finally:
+                self._compact_lock.release()
 
     # ---- ingestion (recorder) ---------------------------------------------------------------
     def sync(self) -> int:

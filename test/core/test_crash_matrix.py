@@ -55,7 +55,7 @@ WORKER = textwrap.dedent("""
     from test_crash_matrix import NOW, ingest_item, save_item
     mode, root = {mode!r}, {root!r}
     clock, pose = FakeClock(NOW), PoseBox()
-    eng = make_engine(root, clock, pose)
+    eng = make_engine(root, clock, pose, **{extra!r})
     print("ready", flush=True)
     if mode == "ingest":
         for i in count():
@@ -66,16 +66,23 @@ WORKER = textwrap.dedent("""
             answer = json.loads(save_item(eng, clock, pose, i))
             assert answer["ok"], answer
             print("ack", i, flush=True)
+    elif mode == "background":  # saves while the engine's own thread compacts
+        for i in count():
+            answer = json.loads(save_item(eng, clock, pose, i))
+            assert answer["ok"], answer
+            print("ack", i, flush=True)
     else:
         print("compacting", flush=True)
         print("done", eng.compact(), flush=True)
 """)
 
 
-def run_worker(mode: str, root: Path, kill_after) -> list[str]:
-    """Start the writer, SIGKILL it when `kill_after(line)` says so; all lines it printed."""
+def run_worker(mode: str, root: Path, kill_after, **extra) -> list[str]:
+    """Start the writer, SIGKILL it when `kill_after(line)` says so; all lines it printed.
+    `extra`: configuration of the writer's engine."""
     code = WORKER.format(test_dir=str(Path(__file__).parents[1]),
-                         here=str(Path(__file__).parent), mode=mode, root=str(root))
+                         here=str(Path(__file__).parent), mode=mode, root=str(root),
+                         extra=extra)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env=env)
@@ -201,3 +208,113 @@ def test_sigkill_during_compaction(tmp_path):
                     % (T0 - 2 * 86400 + w * 30000 - 1, T0 - 2 * 86400 + (w + 1) * 30000 - 1)
                     for w in range(3))
     assert answers(crashed, NOW, windows) == answers(clean, NOW, windows)
+
+
+def _rows_per_stream(root: Path) -> tuple[dict[str, int], dict[str, int], set[str], set[str]]:
+    """({stream: rows kept or archived}, {stream: rows the budget counts as removed}, the blob
+    refs rows name, the blob files there are)."""
+    con = sqlite3.connect(root / "memory.db", timeout=10)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = dict(con.execute(
+            "SELECT stream, count(*) FROM (SELECT stream FROM observations UNION ALL"
+            " SELECT stream FROM archive WHERE reason != 'pose') GROUP BY stream").fetchall())
+        evicted = {k.split(":", 1)[1]: int(v) for k, v in con.execute(
+            "SELECT key, value FROM meta WHERE key LIKE 'evicted:%'")}
+        refs = {r[0] for r in con.execute("SELECT ref FROM observations WHERE ref IS NOT NULL"
+                                          " UNION SELECT ref FROM archive WHERE ref IS NOT"
+                                          " NULL")}
+    finally:
+        con.close()
+    files = {str(p.relative_to(root)) for p in (root / "blobs").rglob("*") if p.is_file()}
+    return rows, evicted, refs, files
+
+
+def _store_with_blobs(root: Path) -> tuple[dict[str, int], set[str]]:
+    """The compaction store plus 150 camera rows with real JPEG files; (rows per stream, blob
+    files)."""
+    import cv2
+    import numpy as np
+
+    _compaction_store(root)
+    eng = make_engine(root, FakeClock(NOW), PoseBox())
+    rng = np.random.default_rng(3)
+    for i in range(150):
+        ok, jpeg = cv2.imencode(".jpg", (rng.random((120, 160, 3)) * 255).astype(np.uint8))
+        assert ok
+        eng.add_observation("camera", T0 - 2 * 86400 + i * 400, Pose(i * 5.0, 0.0),
+                            {"brightness": 0.5}, f"frame {i}", blob=jpeg.tobytes(),
+                            blob_ext="jpg")
+    eng.close()
+    before, _, refs, files = _rows_per_stream(root)
+    assert refs == files and len(files) == 150
+    return before, files
+
+
+def _size(root: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+def test_sigkill_while_saving_during_background_compaction(tmp_path):
+    """Saves answered while the engine's own thread compacts and makes room, then a kill:
+    every acknowledged note is there, every removed row counted, no row names a lost blob."""
+    root = tmp_path / "store"
+    before, _files = _store_with_blobs(root)
+    budget_mb = _size(root) * 0.4 / (1024 * 1024)
+
+    def kill_after(line: str) -> bool:
+        return line.startswith("ack ") and sum(_rows_per_stream(root)[1].values()) > 0
+
+    lines = run_worker("background", root, kill_after, compact_interval_s=0.05,
+                       disk_budget_mb=budget_mb)
+    acked = [int(s.split()[1]) for s in lines if s.startswith("ack ")]
+    assert acked == list(range(len(acked))) and acked
+    rows, evicted, refs, files_now = _rows_per_stream(root)
+    assert refs <= files_now
+    for stream, n in before.items():
+        assert n - rows.get(stream, 0) == evicted.get(stream, 0), stream
+    eng = make_engine(root, FakeClock(NOW), PoseBox())
+    try:
+        notes = json.loads(eng.search('{"stream": "events", "k": 100, "order_by": "time"}'))
+        texts = [r["text"] for r in notes["results"]]
+        for i in acked:
+            assert any(t.startswith(f"Note {i}:") for t in texts), i
+    finally:
+        eng.close()
+
+
+def test_sigkill_during_disk_budget(tmp_path):
+    """A kill while the budget removes rows and blobs: what it removed is counted, no row
+    names a lost blob, and the next run finishes the job (no file left behind)."""
+    root = tmp_path / "store"
+    before, files = _store_with_blobs(root)
+    budget_mb = _size(root) * 0.4 / (1024 * 1024)
+
+    def kill_after(line: str) -> bool:
+        if line != "compacting":
+            return False
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _rows, evicted, _refs, files_now = _rows_per_stream(root)
+            if sum(evicted.values()) or files_now != files:
+                return True
+            time.sleep(0.0005)
+        return True
+
+    lines = run_worker("compact", root, kill_after, disk_budget_mb=budget_mb)
+    assert not any(s.startswith("done") for s in lines), "finished before the kill"
+    rows, evicted, refs, files_now = _rows_per_stream(root)
+    assert refs <= files_now  # every blob a row names is there
+    for stream, n in before.items():  # every row gone is counted, and only those
+        assert n - rows.get(stream, 0) == evicted.get(stream, 0), stream
+    # The restart finishes: under budget, no blob file without a row.
+    eng = make_engine(root, FakeClock(NOW), PoseBox(), disk_budget_mb=budget_mb)
+    try:
+        done = json.loads(eng.compact())
+        assert done["ok"] and done["budget"]["status"] == "under"
+    finally:
+        eng.close()
+    rows, evicted, refs, files_now = _rows_per_stream(root)
+    assert refs == files_now
+    for stream, n in before.items():
+        assert n - rows.get(stream, 0) == evicted.get(stream, 0), stream

@@ -57,14 +57,17 @@ def test_save_then_search_contract_shape(env):
 
 def test_streams_lists_every_stream_with_rows(env):
     eng, clock, pose, _ = env
-    assert call(eng.streams) == {"ok": True, "streams": [], "places": [],
-                                 "took_ms": pytest.approx(0, abs=50)}
+    empty = call(eng.streams)
+    assert empty["disk_bytes"] > 0 and empty["disk_free_bytes"] > 0
+    assert {k: v for k, v in empty.items() if k not in ("disk_bytes", "disk_free_bytes")} == {
+        "ok": True, "streams": [], "places": [], "disk_budget_bytes": None,
+        "took_ms": pytest.approx(0, abs=50)}
     eng.save("note one")
     eng.add_observation("odom", T0 + 5, Pose(0, 0), {"speed": 0.4})
     streams = {s["name"]: s for s in call(eng.streams)["streams"]}
     assert streams["events"]["count"] == 1 and streams["events"]["semantic"] is True
     assert streams["odom"] == {"name": "odom", "count": 1, "first_t": T0 + 5, "last_t": T0 + 5,
-                               "semantic": False}
+                               "semantic": False, "evicted": 0, "oldest_t": T0 + 5}
 
 
 def test_bad_requests_change_nothing(env):

@@ -89,7 +89,8 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
     ctx, caller, node = ros
     proc = ros_process(["-m", "memory_node.ros.main", "--memory-dir", str(tmp_path / "mem"),
                         "--ros-args", "-p", "min_distance:=0.5", "-p", "max_interval:=100.0",
-                        "-p", "min_yaw:=3.0"])
+                        "-p", "min_yaw:=3.0", "-p", "disk_budget_mb:=500",
+                        "-p", "compact_interval_s:=600.0"])
     proc.wait_for_line("recording", timeout=60)
     reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
     tf_pub = node.create_publisher(TFMessage, "/tf", reliable)
@@ -160,6 +161,12 @@ def test_recorder_stamps_poses_and_gates_keyframes(ros, ros_process, tmp_path):
     streams = {s["name"]: s for s in listing["streams"]}
     assert {"camera", "lidar", "odom"} <= set(streams)
     assert streams["camera"]["semantic"] is True and streams["odom"]["semantic"] is False
+    # Running for weeks: the store's size, its budget (the parameter, in MiB) and the free
+    # space, and per stream what the budget removed (nothing yet) and the oldest row.
+    assert listing["disk_budget_bytes"] == 500 * 1024 * 1024
+    assert 0 < listing["disk_bytes"] < listing["disk_budget_bytes"]
+    assert listing["disk_free_bytes"] > 0
+    assert all(s["evicted"] == 0 and s["oldest_t"] == s["first_t"] for s in streams.values())
     # What an unfiltered semantic search uses, per embedding model: a store this small is
     # searched exactly, so no graph and no calibrated promise yet.
     assert listing["indexes"] and all(

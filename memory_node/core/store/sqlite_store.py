@@ -35,6 +35,7 @@ from memory_node.core.store.base import (
     VectorChange,
     VectorFeed,
 )
+from memory_node.core.store.eviction import EvictionStore
 from memory_node.core.store.vector_files import DIR_NAME, VectorFiles, row_crcs
 from memory_node.core.types import Observation, Pose, RowFilter, disc_slack, view_covers
 
@@ -159,7 +160,7 @@ _ARCHIVE_UNION = (
     "(SELECT id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id,"
     " note_key, 0 AS archived FROM observations UNION ALL"
     " SELECT id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id,"
-    " note_key, 1 AS archived FROM archive)")
+    " note_key, 1 AS archived FROM archive WHERE reason != 'pose')")
 
 
 def _json_path(key: str) -> str:
@@ -175,7 +176,7 @@ def _rollback_if_active(conn: sqlite3.Connection) -> None:
             log.warning("rollback failed: %s", exc)
 
 
-class SqliteObservationStore(ObservationStore):
+class SqliteObservationStore(EvictionStore, ObservationStore):
     """One write connection and one read connection, each behind its own lock.
 
     WAL lets the read connection (searches) run while another thread or process writes.
@@ -316,6 +317,9 @@ class SqliteObservationStore(ObservationStore):
         # (1,536 bytes) fills 8 KiB pages to 95%, where 4 KiB pages held two and left a
         # quarter of the vectors table empty.
         conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        # Also a new database only: pages the disk budget frees can be given back to the file
+        # system (PRAGMA incremental_vacuum) instead of only being reused.
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
