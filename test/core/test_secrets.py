@@ -23,7 +23,8 @@ FLEET_URL = f"postgresql://go2-a:{FLEET_PASSWORD}@/postgres?host=/var/run/postgr
     (f"Incorrect API key provided: {LLM_API_KEY}.", "Incorrect API key provided: sk-***."),
     (f'{{"api_key": "{LLM_API_KEY}"}}', '{"api_key": "***"}'),
     (f"http://u:{FLEET_PASSWORD}@llm.local/v1?token=abcdef", "http://u:***@llm.local/v1?token=***"),
-])
+], ids=["url-password", "password-query", "libpq-keyword", "bearer", "sk-key", "json-api-key",
+        "url-and-token"])  # ids of their own: a test id with the secret would print it
 def test_secrets_in_text_are_masked(text, shown):
     assert mask_secrets(text) == shown
 
