@@ -224,5 +224,5 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf build memory_node/srv memory_node/msg tf2_msgs
+	rm -rf build memory_node/srv memory_node/msg tf2_msgs unitree_go
 	rm -f memory_node/memory_node_s__rosidl_typesupport_*.so

@@ -60,7 +60,11 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
     from memory_node.ros.image_codec import image_to_gray
 
     try:
-        if kind == "compressed":
+        if kind == "video":  # core.front_video.VideoPicture: its luma plane, no conversion
+            grey = msg.gray()
+            if grey is None:
+                return None
+        elif kind == "compressed":
             grey = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8),
                                 cv2.IMREAD_REDUCED_GRAYSCALE_4)
             if grey is None:
@@ -79,7 +83,8 @@ class Job:
     stream: str
     t: float  # the time stored
     msg: Any
-    kind: str = ""  # camera: "raw" (Image) or "compressed" (CompressedImage)
+    kind: str = ""  # camera: "raw" (Image), "compressed" (CompressedImage) or "video"
+    # (a core.front_video.VideoPicture, converted to pixels only when kept)
     enqueued: float = 0.0  # arrival on the wall clock (bounds the wait for TF)
     pose: Pose | None = None
     epoch: int = 0  # time jumps back seen before the message arrived
@@ -381,6 +386,8 @@ class RecorderPolicy:
     def _decode(job: Job) -> np.ndarray:
         from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
 
+        if job.kind == "video":
+            return job.msg.to_bgr()
         return compressed_to_bgr(job.msg) if job.kind == "compressed" else image_to_bgr(job.msg)
 
     def store(self, jobs: Sequence[Job]) -> None:
@@ -538,7 +545,8 @@ class RecorderPolicy:
 
     def on_message(self, stream: str, msg: Any, arrived_s: float | None = None,
                    kind: str = "raw") -> None:
-        """A camera ("camera"; `kind` "raw" Image or "compressed") or lidar ("lidar") message;
+        """A camera ("camera"; `kind` "raw" Image, "compressed" or "video", a decoded
+        core.front_video.VideoPicture) or lidar ("lidar") message;
         "odom" goes to `on_odom`."""
         if stream == "odom":
             self.on_odom(msg, arrived_s)

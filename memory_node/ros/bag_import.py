@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.secrets import mask_log_handlers
 from memory_node.ros.replay import ReplayError, open_reader
 
@@ -120,6 +121,9 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
     camera = (StreamTopic("camera", settings["compressed_topic"], (COMPRESSED,), "compressed")
               if settings["use_compressed"]
               else StreamTopic("camera", settings["camera_topic"], (IMAGE,)))
+    if settings.get(FRONT_VIDEO.topic_param):  # the Go2's front video, before both
+        camera = StreamTopic("camera", settings[FRONT_VIDEO.topic_param],
+                             (FRONT_VIDEO.msg_type,), FRONT_VIDEO.kind)
     streams = {"camera": camera,
                "lidar": StreamTopic("lidar", settings["lidar_topic"], (CLOUD,)),
                "odom": StreamTopic("odom", settings["odom_topic"], (ODOMETRY,))}
@@ -157,8 +161,8 @@ def _stamp_problems(reader: Any, plan: Plan) -> list[str]:
     sensor topic's messages."""
     problems = []
     for st in plan.streams.values():
-        if st.topic not in plan.read_topics:
-            continue
+        if st.topic not in plan.read_topics or st.kind == FRONT_VIDEO.kind:
+            continue  # the front video has no header: stamped on receipt
         conns = [c for c in reader.connections if c.topic == st.topic]
         zero = n = 0
         offsets = []
@@ -315,6 +319,7 @@ class Outcome:
     already: bool = False  # the same import had finished before: nothing read
     interrupted: bool = False
     streams: list[str] = field(default_factory=list)
+    extra: dict[str, dict[str, int]] = field(default_factory=dict)  # a stream's own counters
 
     @property
     def speed(self) -> float:
@@ -342,7 +347,8 @@ class Outcome:
     def as_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "bag_s": round(self.bag_s, 3),
                 "wall_s": round(self.wall_s, 3), "speed": round(self.speed, 2),
-                "streams": {s: dict(vars(self.counters[s])) for s in self.streams},
+                "streams": {s: dict(vars(self.counters[s])) | self.extra.get(s, {})
+                            for s in self.streams},
                 "resumed": self.resumed, "pose_sources": self.sources, "tf": self.tf,
                 "tf_problems": self.tf_problems, "already": self.already,
                 "interrupted": self.interrupted}
@@ -469,6 +475,10 @@ class Importer:
         self.threads = threads
         self.policy = RecorderPolicy.offline(settings, engine, logger=logger)
         self.policy.on_kept = self._on_kept
+        camera = plan.streams["camera"]
+        self.front_video = (FrontVideoReceiver(settings["front_video_resolution"],
+                                               self.policy.count, self.policy.log.warning)
+                            if camera.kind == FRONT_VIDEO.kind else None)
         self.stream_of = {st.topic: st for st in plan.streams.values()
                           if st.topic in plan.read_topics}
         self.existing = _existing_keyframes(engine, plan)
@@ -496,6 +506,10 @@ class Importer:
                 else:
                     st = self.stream_of[topic]
                     msg = reader.deserialize(raw, msgtype)
+                    if self.front_video is not None and st.kind == FRONT_VIDEO.kind:
+                        msg = self.front_video.picture(msg)  # every access unit, in order
+                        if msg is None:
+                            continue  # counted (skipped until a keyframe, or failed)
                     policy.on_message(st.stream, msg, arrived_s=now,
                                       kind=st.kind or "raw")
                 last_ns = max(last_ns, t_ns)
@@ -518,6 +532,8 @@ class Importer:
         out.bag_s = (last_ns - self.plan.window[0]) / 1e9
         out.wall_s = time.monotonic() - t0
         out.counters = {s: policy.counters[s] for s in STREAMS}
+        if self.front_video is not None:
+            out.extra["camera"] = self.front_video.stats()
         out.tf = dict(policy.poses.tf_stats())
         out.tf_problems = self._tf_problems()
         if self.progress is not None:

@@ -69,7 +69,11 @@ def open_reader(path: Path | Sequence[Path]) -> Any:
         if not p.exists():
             raise ReplayError(f"bag {p} does not exist")
     try:
-        reader = AnyReader(paths, default_typestore=get_typestore(Stores.ROS2_KILTED))
+        from memory_node.core.front_video import register_rosbags_type
+
+        # Go2FrontVideoData: readable even from a bag that stores no message definitions.
+        typestore = register_rosbags_type(get_typestore(Stores.ROS2_KILTED))
+        reader = AnyReader(paths, default_typestore=typestore)
         reader.open()
     except Exception as exc:  # noqa: BLE001 - rosbags raises several types for bad bags
         names = ", ".join(str(p) for p in paths)
