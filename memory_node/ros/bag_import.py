@@ -334,8 +334,10 @@ class Outcome:
             c = self.counters[s]
             ratio = c.kept / c.received if c.received else 0.0
             again = self.resumed.get(s, 0)
+            skipped = self.extra.get(s, {}).get("skipped_until_keyframe", 0)
             parts.append(f"{s} {c.stored} rows ({c.kept}/{c.received} kept, {ratio:.1%}"
-                         + (f", {again} stored before" if again else "") + ")")
+                         + (f", {again} stored before" if again else "")
+                         + (f", {skipped} skipped until a keyframe" if skipped else "") + ")")
         sources = ", ".join(f"{k} {v}" for k, v in sorted(self.sources.items())) or "none"
         problems = "; ".join(self.tf_problems) or "none"
         head = "memory-import: interrupted" if self.interrupted else "memory-import: done"

@@ -41,10 +41,15 @@ def import_message_type(msgtype: str) -> Any:
         raise ReplayError(f"malformed message type name {msgtype!r}")
     pkg, kind, name = parts
     try:
-        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
-    except (ImportError, AttributeError):
+        module = importlib.import_module(f"{pkg}.{kind}")
+    except ImportError:
         raise ReplayError(f"unknown message type {msgtype}: its Python package {pkg} is not "
                           "installed here") from None
+    try:
+        return getattr(module, name)
+    except AttributeError:  # a package with some of the vendor's types (unitree_go here)
+        raise ReplayError(f"unknown message type {msgtype}: the installed {pkg} has no "
+                          f"{name}") from None
 
 
 @dataclass
