@@ -189,9 +189,9 @@ def test_go2_camera_bgr8_in_front_camera_at_15_hz(go2) -> None:
 
 def test_unitree_no_tf_zero_stamps_tilted_cloud(unitree) -> None:
     info, (msgs, qos, _) = unitree
-    gt = info.ground_truth
     assert set(msgs) == {"/utlidar/robot_odom", "/utlidar/cloud", "/frontvideostream"}
-    assert qos["/utlidar/cloud"].depth == 10
+    assert qos["/utlidar/cloud"].depth == 10 and qos["/frontvideostream"].depth == 10
+    assert info.ground_truth["camera"]["frame"] is None  # no header: placed by the mount
     for _, m in msgs["/utlidar/robot_odom"]:
         assert (m.header.stamp.sec, m.header.stamp.nanosec) == (0, 0)
         assert m.header.frame_id == "odom" and m.child_frame_id == "base_link"
