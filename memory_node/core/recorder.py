@@ -165,6 +165,8 @@ class RecorderPolicy:
         # Offline: given, it takes the keyframes the gate kept (in order) instead of `store`
         # here — an importer that passes over rows stored before and stores on its own thread.
         self.on_kept: Callable[[list[Job]], None] | None = None
+        # The views' field of view: camera_hfov_deg until the driver's CameraInfo tells it.
+        self.camera_hfov_deg: float = cfg["camera_hfov_deg"]
 
     @classmethod
     def offline(cls, settings: Mapping[str, Any], engine: Any,
@@ -288,6 +290,20 @@ class RecorderPolicy:
                     return None
                 return round(math.hypot(x - x0, y - y0) / span, 3)
         return None
+
+    def on_camera_info(self, msg: Any) -> None:
+        """The driver's CameraInfo: its field of view replaces camera_hfov_deg for views (said
+        when it changes); camera_hfov_deg 0 (no views) stays off."""
+        from memory_node.core.camera_info import hfov_deg
+
+        hfov = hfov_deg(msg)
+        if hfov is None or self.settings["camera_hfov_deg"] <= 0:
+            return
+        hfov = round(hfov, 2)
+        if hfov != self.camera_hfov_deg:
+            self.log.info(f"camera field of view {hfov:g} deg from camera_info (width "
+                          f"{int(msg.width)} px, fx {float(msg.k[0]):g} px)")
+            self.camera_hfov_deg = hfov
 
     # ---- stage 2: pose and keyframe gate ----------------------------------------------------
     def before_time_jump(self, job: Job) -> bool:
@@ -497,9 +513,11 @@ class RecorderPolicy:
     def camera_view(self, job: Job) -> View | None:
         """What the keyframe covered: camera pose from TF (world <- camera frame) at the
         stamp, else the base pose with the configured mount; range from a lidar keyframe
-        close in time, else view_max_range. None without any pose."""
+        close in time, else view_max_range; the field of view camera_info's, else
+        camera_hfov_deg. None without any pose."""
         cfg = self.settings
-        if cfg["camera_hfov_deg"] <= 0:
+        hfov = self.camera_hfov_deg
+        if hfov <= 0:
             return None
         frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
         tr = self.poses.lookup(frame, job.lookup_t) if frame else None
@@ -517,9 +535,8 @@ class RecorderPolicy:
         scan = self._last_scan
         pts = (scan[1] if scan is not None
                and abs(scan[0] - job.t) <= cfg["view_lidar_max_age_s"] else None)
-        rng = view_range(pts, x, y, yaw, math.radians(cfg["camera_hfov_deg"]),
-                         cfg["view_max_range"])
-        return make_view(x, y, yaw, cfg["camera_hfov_deg"], rng)
+        rng = view_range(pts, x, y, yaw, math.radians(hfov), cfg["view_max_range"])
+        return make_view(x, y, yaw, hfov, rng)
 
     # ---- offline driving --------------------------------------------------------------------
     def _arrive(self, arrived_s: float | None) -> None:

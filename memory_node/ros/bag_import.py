@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from memory_node.core.camera_info import camera_info_topic
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.secrets import mask_log_handlers
 from memory_node.ros.replay import ReplayError, open_reader
@@ -39,6 +40,7 @@ TF_TOPICS = ("/tf", "/tf_static")
 IMAGE, COMPRESSED = "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"
 CLOUD, ODOMETRY = "sensor_msgs/msg/PointCloud2", "nav_msgs/msg/Odometry"
 TF_TYPE = "tf2_msgs/msg/TFMessage"
+CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 # Key prefix of the store's meta table: one entry per finished import (bags, selection and
 # settings hashed into the key), so the same import again reads nothing.
 META_PREFIX = "import/"
@@ -135,6 +137,10 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
                                  if ty in st.types and t != st.topic))
     read = [st.topic for st in streams.values()
             if st.found and (wanted is None or st.topic in wanted)]
+    info = camera_info_topic(camera.topic) if camera.kind != FRONT_VIDEO.kind else ""
+    if (camera.topic in read and found.get(info, ("",))[0] == CAMERA_INFO
+            and (wanted is None or info in wanted)):
+        read.append(info)  # the driver's calibration: the views' field of view
     tf = [t for t in TF_TOPICS if found.get(t, ("",))[0] == TF_TYPE
           and (wanted is None or t in wanted)]
     begin = start_ns + int(start_s * 1e9)
@@ -505,6 +511,8 @@ class Importer:
                 out.messages += 1
                 if topic in TF_TOPICS:
                     policy.on_tf(raw, topic == "/tf_static", arrived_s=now)
+                elif msgtype == CAMERA_INFO:
+                    policy.on_camera_info(reader.deserialize(raw, msgtype))
                 else:
                     st = self.stream_of[topic]
                     msg = reader.deserialize(raw, msgtype)

@@ -31,6 +31,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from memory_node.core.camera_info import camera_info_topic
 from memory_node.core.engine import MemoryEngine
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.recorder import Job, RecorderPolicy
@@ -154,6 +155,14 @@ class MemoryRecorder(MaskedLogging, Node):
                 continue
             self.watches[stream] = TopicWatch(topic, _type_name(msg_type))
             self.create_subscription(msg_type, topic, callback, qos, callback_group=cb)
+        camera_topic = subscriptions["camera"][0]
+        if camera_topic and self.front_video is None:
+            # The driver's calibration, where it publishes one: the views' field of view.
+            from sensor_msgs.msg import CameraInfo
+
+            self.create_subscription(CameraInfo, camera_info_topic(camera_topic),
+                                     self.policy.on_camera_info, sensor_qos,
+                                     callback_group=cb)
         self._tf_watch = TopicWatch("/tf", "tf2_msgs/msg/TFMessage")
         self.stats_pub = self.create_publisher(String, "/memory/recorder_stats", 10)
         self.create_timer(cfg["stats_period_s"], self._publish_stats)

@@ -203,7 +203,8 @@ def go2_run(tmp_path_factory: pytest.TempPathFactory):
                 result["remembered"] = skills["remember"].call(note=ALICE_NOTE)
 
         session.replay(sample.bag, 4.0, ["--topics", "/tf_static", "/tf", "/odom",
-                                          "/point_cloud2", "/camera/image_raw"], at_the_door)
+                                          "/point_cloud2", "/camera/image_raw",
+                                          "/camera/camera_info"], at_the_door)
         wait_until_settled(client)
         result["streams"] = _streams(client)
         ask(skills, client, sample, turns, result)
@@ -243,6 +244,31 @@ def test_go2_camera_views_where_the_camera_was(go2_run) -> None:
     yaw = np.abs((got[:, 2] - cam[:, 2] + np.pi) % (2 * np.pi) - np.pi)
     assert np.median(err) < POSE_MEDIAN_M and err.max() < POSE_MAX_M, (np.median(err), err.max())
     assert np.median(yaw) < 0.05 and yaw.max() < 0.3, (np.median(yaw), yaw.max())
+    # the field of view is the driver's camera_info's (the rendered images'), not the
+    # profile's camera_hfov_deg (73, the real 720p calibration)
+    hfov = math.radians(sample.truth["camera"]["hfov_deg"])
+    assert all(v.hfov == pytest.approx(hfov, abs=1e-3) for v in views.values())
+
+
+def test_go2_camera_info_sets_the_views_field_of_view_by_memory_import(tmp_path: Path) -> None:
+    """memory-import reads /camera/camera_info beside the images, as the live recorder does:
+    about 4 s to generate 12 s of go2_ros2_sdk recording, a few to import."""
+    info = generate_sample(tmp_path / "sample", seed=SEED, duration_s=12.0,
+                           profile="go2_ros2_sdk")
+    memory_dir = tmp_path / "memory"
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_node.ros.bag_import", str(info.bag_dir), "--memory-dir",
+         str(memory_dir), "--config", "go2_ros2_sdk.yaml", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    rows = _rows(memory_dir, "camera")
+    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
+    try:
+        views = store.views_of([r.id for r in rows if r.id is not None])
+    finally:
+        store.close()
+    assert len(rows) >= 5 and len(views) == len(rows)
+    assert {round(math.degrees(v.hfov), 3) for v in views.values()} == {90.0}
 
 
 def test_go2_lidar_ranges_are_from_the_robot(go2_run) -> None:
