@@ -290,5 +290,7 @@ class FrontVideoReceiver:
         self._warn(text)
 
     def stats(self) -> dict[str, int]:
-        """What the streams answer's camera entry adds."""
-        return {"skipped_until_keyframe": self.decoder.counters.skipped_until_keyframe}
+        """What the streams answer's camera entry adds: the access units skipped until the
+        first keyframe, once the stream was joined mid-GOP (nothing before)."""
+        skipped = self.decoder.counters.skipped_until_keyframe
+        return {"skipped_until_keyframe": skipped} if skipped else {}

@@ -124,6 +124,7 @@ def test_only_frames_the_gate_keeps_are_converted_to_pixels(tmp_path):
                                          "front_video_topic": "/frontvideostream"}, engine)
         said: list[str] = []
         receiver = FrontVideoReceiver("720p", policy.count, said.append)
+        assert receiver.stats() == {}  # nothing to say before a mid-GOP join
         msgs = stream(90)
         for i, (m, _) in enumerate(msgs[4:], start=4):
             t = T0 + i / 15.0

@@ -125,7 +125,7 @@ def test_unitree_ros2_profile_records_the_front_video_and_mounts_the_lidar(engin
     try:
         stats = recorder.stats()
         assert stats["camera"]["topic"] == "/frontvideostream"
-        assert stats["camera"]["skipped_until_keyframe"] == 0
+        assert "skipped_until_keyframe" not in stats["camera"]  # said once a GOP is joined
         assert recorder.front_video is not None
         assert recorder.front_video.decoder.field == "video720p"
         assert recorder.settings["camera_mount_x"] == pytest.approx(0.33)
