@@ -123,10 +123,10 @@ rendered content decodes faster than a real camera's, so read these as a lower b
 | BGR conversion (VideoPicture.to_bgr, kept frames only) | {b['median']} | {b['mean']} |
 | gate thumbnail (VideoPicture.gray: the luma plane, no conversion) | {g['median']} | {g['mean']} |
 
-`memory-import` of `memory-sample-bag --profile unitree_ros2 --duration {imp['bag_s']:g}` (320x240
-H.264 at {imp['video_hz']:g} Hz) with config/unitree_ros2.yaml: {imp['received']} messages,
-{imp['decoded']} pictures decoded, {imp['converted']} converted to pixels ({share:.1%}), {imp['stored']}
-camera rows; {imp['wall_s']} s wall.
+`memory-import` of `memory-sample-bag --profile unitree_ros2 --duration {imp['bag_s']:g}`
+(320x240 H.264 at {imp['video_hz']:g} Hz) with config/unitree_ros2.yaml: {imp['received']}
+messages, {imp['decoded']} pictures decoded, {imp['converted']} converted to pixels
+({share:.1%}), {imp['stored']} camera rows; {imp['wall_s']} s wall.
 """
 
 
