@@ -388,8 +388,8 @@ def _import(sample: Sample, memory_dir: Path, *extra: str) -> subprocess.Complet
 def test_unitree_front_video_by_memory_import(tmp_path: Path, codec: str) -> None:
     """The unitree_ros2 sample imported from 1 s in (mid-GOP): camera keyframes posed from
     odometry with views at the mount, as live; H.264 skips exactly the rest of the first GOP
-    (15 Hz video, 1 s in, GOP 30), JPEG nothing. About 5 s each to generate, 5 to import."""
-    info = generate_sample(tmp_path / "sample", seed=SEED, duration_s=25.0,
+    (15 Hz video, 1 s in, GOP 30), JPEG nothing. 5-8 s each."""
+    info = generate_sample(tmp_path / "sample", seed=SEED, duration_s=15.0,
                            profile="unitree_ros2", front_video_codec=codec)
     sample = Sample(Path(info.bag_dir), info.ground_truth)
     memory_dir = tmp_path / "memory"
