@@ -4,8 +4,9 @@ config/<profile>.yaml`, the stored rows checked against the generator's ground t
 
 - go2_ros2_sdk: URDF identities latched on /tf_static before the driver's odom -> base_link and
   SLAM's map -> odom on /tf, odom-frame voxel chunks, pose-only odometry 2-3 s late in bursts,
-  bgr8 front_camera. Keyframe poses within POSE_MEDIAN_M (median) and POSE_MAX_M (max) of the
-  truth; lidar range tags measured from the robot, not from the odom origin; `speed` never a
+  bgr8 front_camera with its camera_info (the views' field of view, live and imported).
+  Keyframe poses within POSE_MEDIAN_M (median) and POSE_MAX_M (max) of the truth; lidar
+  range tags measured from the robot, not from the odom origin; `speed` never a
   false 0; the demo's questions answered right.
 - unitree_ros2: no TF, zero odometry stamps, a tilted utlidar_lidar cloud, the front camera as
   H.264 on /frontvideostream (Go2FrontVideoData, no header): rows posed from odometry in its
@@ -16,7 +17,7 @@ config/<profile>.yaml`, the stored rows checked against the generator's ground t
   each storing only its robot's rows, posed where that robot was.
 
 Recordings are short and replayed at 3-4x (each test says what it spends its time on): about
-100 s in all on a 2-core machine at load 4-5, most of it waiting for the replays.
+130 s in all on a 2-core machine at load 4-5, most of it waiting for the replays.
 """
 
 from __future__ import annotations
