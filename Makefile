@@ -34,7 +34,8 @@ STAMP := $(VENV)/.memory_node-setup
 # What a setup depends on: change any of these and the next `make setup` reinstalls.
 # Run from outside the checkout, so it proves the installed package provides the types.
 IMPORT_CHECK := cd /tmp && $(abspath $(PY)) -c 'from memory_node.srv import Search, Save, \
-	Compact, Streams; from tf2_msgs.msg import TFMessage'
+	Compact, Streams; from tf2_msgs.msg import TFMessage; \
+	from unitree_go.msg import Go2FrontVideoData'
 SETUP_INPUTS := $(sort $(wildcard requirements/*.txt) $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml \
 	package.xml $(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
 PYTEST_ARGS ?=
@@ -48,6 +49,7 @@ JAZZY_CONSTRAINTS := requirements/jazzy-constraints.txt
 JAZZY_STAMP := $(JAZZY_VENV)/.memory_node-setup
 JAZZY_IMPORT_CHECK := cd /tmp && $(JAZZY_PY) -c 'import importlib.metadata as m, memory_node; \
 	from memory_node.srv import Search, Save, Compact, Streams; from tf2_msgs.msg import TFMessage; \
+	from unitree_go.msg import Go2FrontVideoData; \
 	assert m.version("ros-jazzy-rclpy") == m.version("ros-rclpy"), "rclpy is not Jazzy'"'"'s"; \
 	assert "$(abspath $(JAZZY_TREE))" in memory_node.__file__, memory_node.__file__'
 JAZZY_SETUP_INPUTS := $(sort requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/dev.txt \
@@ -68,6 +70,7 @@ NUMPY1_CONSTRAINTS := build/numpy1/constraints.txt
 NUMPY1_STAMP := $(NUMPY1_VENV)/.memory_node-setup
 NUMPY1_IMPORT_CHECK := cd /tmp && $(NUMPY1_PY) -c 'import numpy, cv2, memory_node; \
 	from memory_node.srv import Search; from tf2_msgs.msg import TFMessage; \
+	from unitree_go.msg import Go2FrontVideoData; \
 	assert numpy.__version__.startswith("1."), numpy.__version__; \
 	assert cv2.__file__.startswith("/usr/"), cv2.__file__; \
 	assert "$(abspath $(NUMPY1_TREE))" in memory_node.__file__, memory_node.__file__'
@@ -224,5 +227,5 @@ bench: setup
 	$(PY) -m bench
 
 clean:
-	rm -rf build memory_node/srv memory_node/msg tf2_msgs
+	rm -rf build memory_node/srv memory_node/msg tf2_msgs unitree_go
 	rm -f memory_node/memory_node_s__rosidl_typesupport_*.so

@@ -12,7 +12,9 @@ and merges the result into the package:
 
 tf2_msgs (TFMessage) is generated the same way from interfaces/tf2_msgs when no tf2_msgs is
 importable, as with the ROS 2 wheels from PyPI; a robot's own ROS install keeps its own.
-MEMORY_NODE_TF2_MSGS=build|skip overrides that choice.
+MEMORY_NODE_TF2_MSGS=build|skip overrides that choice. unitree_go (just Go2FrontVideoData, the
+Go2's front camera on Unitree's own stack) likewise from interfaces/unitree_go unless a
+unitree_go package (unitree_ros2's workspace) is importable; MEMORY_NODE_UNITREE_GO=build|skip.
 
 Works under `colcon build`, `colcon build --symlink-install` (`setup.py develop`, which never
 runs build_py: the develop command below generates the interfaces itself), `pip install
@@ -49,20 +51,22 @@ PACKAGE = "memory_node"
 ROOT = Path(__file__).resolve().parent
 CMAKE_PROJECT = ROOT / "interfaces"
 TF2_MSGS_SOURCE = CMAKE_PROJECT / "tf2_msgs"
+UNITREE_GO_SOURCE = CMAKE_PROJECT / "unitree_go"
 # Dropped into generated packages that are not ours by name (tf2_msgs), so a later build can
 # tell its own output from a ROS install's package of the same name.
 GENERATED_MARKER = "GENERATED_BY_MEMORY_NODE"
 
 
-def _tf2_msgs_wanted() -> bool:
-    """Generate tf2_msgs unless some other tf2_msgs (a ROS install's) is importable."""
-    choice = os.environ.get("MEMORY_NODE_TF2_MSGS", "auto").strip().lower()
+def _foreign_package_wanted(package: str) -> bool:
+    """Generate `package` unless some other copy of it (a ROS install's) is importable."""
+    variable = f"MEMORY_NODE_{package.upper()}"
+    choice = os.environ.get(variable, "auto").strip().lower()
     if choice in ("build", "skip"):
         return choice == "build"
     if choice != "auto":
-        raise SystemExit(f"MEMORY_NODE_TF2_MSGS must be auto, build or skip, not {choice!r}")
+        raise SystemExit(f"{variable} must be auto, build or skip, not {choice!r}")
     for entry in sys.path:
-        candidate = Path(entry or ".").resolve() / "tf2_msgs"
+        candidate = Path(entry or ".").resolve() / package
         if (candidate / "__init__.py").is_file() and not (candidate / GENERATED_MARKER).exists():
             return False
     return True
@@ -73,6 +77,8 @@ def _interface_packages() -> list[tuple[str, Path, list[str]]]:
     packages = [(PACKAGE, ROOT, ["std_msgs"])]
     if TF2_MSGS_WANTED:
         packages.append(("tf2_msgs", TF2_MSGS_SOURCE, ["geometry_msgs"]))
+    if UNITREE_GO_WANTED:
+        packages.append(("unitree_go", UNITREE_GO_SOURCE, []))
     return packages
 
 
@@ -302,7 +308,8 @@ class BinaryDistribution(Distribution):
         return True
 
 
-TF2_MSGS_WANTED = _tf2_msgs_wanted()
+TF2_MSGS_WANTED = _foreign_package_wanted("tf2_msgs")
+UNITREE_GO_WANTED = _foreign_package_wanted("unitree_go")
 CMDCLASS: dict[str, type] = {"build_py": build_py, "develop": develop}
 _EDITABLE_WHEEL = _editable_wheel_class()
 if _EDITABLE_WHEEL is not None:

@@ -9,8 +9,9 @@ files in DEST are left alone, so an editable install there stays valid and its i
 is reused.
 
 Why a copy: an editable install writes the generated ROS types into the source tree
-(memory_node/srv, tf2_msgs, memory_node/*.so), built against one distro's libraries. The Kilted
-.venv owns the checkout's copy of them; the Jazzy .venv-jazzy gets its own tree.
+(memory_node/srv, tf2_msgs, unitree_go, memory_node/*.so), built against one distro's
+libraries. The Kilted .venv owns the checkout's copy of them; the Jazzy .venv-jazzy gets its
+own tree.
 """
 
 from __future__ import annotations

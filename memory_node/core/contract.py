@@ -621,7 +621,8 @@ class CompactAnswer(Reply):
 class StreamInfo(Answer):
     omit_if_none: ClassVar[frozenset[str]] = frozenset({
         "status", "topic", "captioned", "pending", "failed", "caption_max_per_min",
-        "caption_requests_per_hour", "caption_tokens_per_hour", "reembed_pending"})
+        "caption_requests_per_hour", "caption_tokens_per_hour", "reembed_pending",
+        "skipped_until_keyframe"})
     name: str
     count: int
     first_t: float | None = None
@@ -643,6 +644,9 @@ class StreamInfo(Answer):
     # (kept or archived).
     evicted: int = 0
     oldest_t: float | None = None
+    # Camera from a video source (the Go2's front video): access units skipped before the
+    # first keyframe, when the recorder joined the stream mid-GOP.
+    skipped_until_keyframe: int | None = None
 
 
 class IndexInfo(Answer):

@@ -72,7 +72,11 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
     from memory_node.ros.image_codec import image_to_gray
 
     try:
-        if kind == "compressed":
+        if kind == "video":  # core.front_video.VideoPicture: its luma plane, no conversion
+            grey = msg.gray()
+            if grey is None:
+                return None
+        elif kind == "compressed":
             grey = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8),
                                 cv2.IMREAD_REDUCED_GRAYSCALE_4)
             if grey is None:
@@ -91,7 +95,8 @@ class Job:
     stream: str
     t: float  # the time stored
     msg: Any
-    kind: str = ""  # camera: "raw" (Image) or "compressed" (CompressedImage)
+    kind: str = ""  # camera: "raw" (Image), "compressed" (CompressedImage) or "video"
+    # (a core.front_video.VideoPicture, converted to pixels only when kept)
     enqueued: float = 0.0  # arrival on the wall clock (bounds the wait for TF)
     pose: Pose | None = None
     epoch: int = 0  # time jumps back seen before the message arrived
@@ -182,6 +187,8 @@ class RecorderPolicy:
         config = getattr(engine, "config", None)
         self.reserve = DiskReserve(getattr(config, "root", "."),
                                    float(getattr(config, "disk_reserve_mb", 0.0) or 0.0))
+        # The views' field of view: camera_hfov_deg until the driver's CameraInfo tells it.
+        self.camera_hfov_deg: float = cfg["camera_hfov_deg"]
 
     @classmethod
     def offline(cls, settings: Mapping[str, Any], engine: Any,
@@ -306,6 +313,20 @@ class RecorderPolicy:
                 return round(math.hypot(x - x0, y - y0) / span, 3)
         return None
 
+    def on_camera_info(self, msg: Any) -> None:
+        """The driver's CameraInfo: its field of view replaces camera_hfov_deg for views (said
+        when it changes); camera_hfov_deg 0 (no views) stays off."""
+        from memory_node.core.camera_info import hfov_deg
+
+        hfov = hfov_deg(msg)
+        if hfov is None or self.settings["camera_hfov_deg"] <= 0:
+            return
+        hfov = round(hfov, 2)
+        if hfov != self.camera_hfov_deg:
+            self.log.info(f"camera field of view {hfov:g} deg from camera_info (width "
+                          f"{int(msg.width)} px, fx {float(msg.k[0]):g} px)")
+            self.camera_hfov_deg = hfov
+
     # ---- stage 2: pose and keyframe gate ----------------------------------------------------
     def before_time_jump(self, job: Job) -> bool:
         return job.epoch != self.timeline.epoch
@@ -403,6 +424,8 @@ class RecorderPolicy:
     def _decode(job: Job) -> np.ndarray:
         from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
 
+        if job.kind == "video":
+            return job.msg.to_bgr()
         return compressed_to_bgr(job.msg) if job.kind == "compressed" else image_to_bgr(job.msg)
 
     def _not_stored(self, stream: str, exc: BaseException | None, n: int = 1,
@@ -548,9 +571,11 @@ class RecorderPolicy:
     def camera_view(self, job: Job) -> View | None:
         """What the keyframe covered: camera pose from TF (world <- camera frame) at the
         stamp, else the base pose with the configured mount; range from a lidar keyframe
-        close in time, else view_max_range. None without any pose."""
+        close in time, else view_max_range; the field of view camera_info's, else
+        camera_hfov_deg. None without any pose."""
         cfg = self.settings
-        if cfg["camera_hfov_deg"] <= 0:
+        hfov = self.camera_hfov_deg
+        if hfov <= 0:
             return None
         frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
         tr = self.poses.lookup(frame, job.lookup_t) if frame else None
@@ -568,9 +593,8 @@ class RecorderPolicy:
         scan = self._last_scan
         pts = (scan[1] if scan is not None
                and abs(scan[0] - job.t) <= cfg["view_lidar_max_age_s"] else None)
-        rng = view_range(pts, x, y, yaw, math.radians(cfg["camera_hfov_deg"]),
-                         cfg["view_max_range"])
-        return make_view(x, y, yaw, cfg["camera_hfov_deg"], rng)
+        rng = view_range(pts, x, y, yaw, math.radians(hfov), cfg["view_max_range"])
+        return make_view(x, y, yaw, hfov, rng)
 
     # ---- offline driving --------------------------------------------------------------------
     def _arrive(self, arrived_s: float | None) -> None:
@@ -596,7 +620,8 @@ class RecorderPolicy:
 
     def on_message(self, stream: str, msg: Any, arrived_s: float | None = None,
                    kind: str = "raw") -> None:
-        """A camera ("camera"; `kind` "raw" Image or "compressed") or lidar ("lidar") message;
+        """A camera ("camera"; `kind` "raw" Image, "compressed" or "video", a decoded
+        core.front_video.VideoPicture) or lidar ("lidar") message;
         "odom" goes to `on_odom`."""
         if stream == "odom":
             self.on_odom(msg, arrived_s)

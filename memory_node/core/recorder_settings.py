@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memory_node.core.config import ConfigError, coerce_value
+from memory_node.core.front_video import FRONT_VIDEO
 
 # The robot's pose: both nodes declare these (config files keep them under `/**`); the one TF
 # listener of a process reads them.
@@ -30,6 +31,7 @@ RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
     "camera_topic": ("/camera/image_raw", "sensor_msgs/Image"),
     "compressed_topic": ("/camera/image_raw/compressed", "sensor_msgs/CompressedImage"),
     "use_compressed": (False, "read compressed_topic instead of camera_topic"),
+    **FRONT_VIDEO.params,  # the Go2's front video (unitree_ros2), before both when set
     "lidar_topic": ("/lidar/points", "sensor_msgs/PointCloud2"),
     "min_distance": (0.5, "keep a keyframe after moving this far (m)"),
     "min_yaw": (0.5, "... or turning this much (rad)"),
@@ -68,13 +70,15 @@ RECORDER_PARAMS: dict[str, tuple[Any, str]] = {
 RECORDER_CHOICES: dict[str, tuple[str, ...]] = {
     "sensor_reliability": ("best_effort", "reliable"),
     "stamp_source": ("header", "receipt", "auto"),
+    **FRONT_VIDEO.choices,
 }
 
 
 # What robot_prefix prefixes: go2_ros2_sdk's multi-robot mode publishes robotN/odom,
 # robotN/point_cloud2, robotN/camera/image_raw with frames robotN/base_link and
 # robotN/front_camera, while map, odom and /tf stay shared by all robots.
-PREFIXED_TOPICS = ("camera_topic", "compressed_topic", "lidar_topic", "odom_topic")
+PREFIXED_TOPICS = ("camera_topic", "compressed_topic", "front_video_topic", "lidar_topic",
+                   "odom_topic")
 PREFIXED_FRAMES = ("base_frame", "camera_frame", "lidar_frame")
 
 

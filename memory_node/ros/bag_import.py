@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from memory_node.core.camera_info import camera_info_topic
 from memory_node.core.disk import DISK_FULL, DISK_RESERVE, disk_full_text, is_disk_full
+from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.secrets import mask_log_handlers
 from memory_node.ros.replay import ReplayError, open_reader
 
@@ -41,6 +43,7 @@ TF_TOPICS = ("/tf", "/tf_static")
 IMAGE, COMPRESSED = "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"
 CLOUD, ODOMETRY = "sensor_msgs/msg/PointCloud2", "nav_msgs/msg/Odometry"
 TF_TYPE = "tf2_msgs/msg/TFMessage"
+CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 # Key prefix of the store's meta table: one entry per finished import (bags, selection and
 # settings hashed into the key), so the same import again reads nothing.
 META_PREFIX = "import/"
@@ -127,6 +130,9 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
     camera = (StreamTopic("camera", settings["compressed_topic"], (COMPRESSED,), "compressed")
               if settings["use_compressed"]
               else StreamTopic("camera", settings["camera_topic"], (IMAGE,)))
+    if settings.get(FRONT_VIDEO.topic_param):  # the Go2's front video, before both
+        camera = StreamTopic("camera", settings[FRONT_VIDEO.topic_param],
+                             (FRONT_VIDEO.msg_type,), FRONT_VIDEO.kind)
     streams = {"camera": camera,
                "lidar": StreamTopic("lidar", settings["lidar_topic"], (CLOUD,)),
                "odom": StreamTopic("odom", settings["odom_topic"], (ODOMETRY,))}
@@ -138,6 +144,10 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
                                  if ty in st.types and t != st.topic))
     read = [st.topic for st in streams.values()
             if st.found and (wanted is None or st.topic in wanted)]
+    info = camera_info_topic(camera.topic) if camera.kind != FRONT_VIDEO.kind else ""
+    if (camera.topic in read and found.get(info, ("",))[0] == CAMERA_INFO
+            and (wanted is None or info in wanted)):
+        read.append(info)  # the driver's calibration: the views' field of view
     tf = [t for t in TF_TOPICS if found.get(t, ("",))[0] == TF_TYPE
           and (wanted is None or t in wanted)]
     begin = start_ns + int(start_s * 1e9)
@@ -164,8 +174,8 @@ def _stamp_problems(reader: Any, plan: Plan) -> list[str]:
     sensor topic's messages."""
     problems = []
     for st in plan.streams.values():
-        if st.topic not in plan.read_topics:
-            continue
+        if st.topic not in plan.read_topics or st.kind == FRONT_VIDEO.kind:
+            continue  # the front video has no header: stamped on receipt
         conns = [c for c in reader.connections if c.topic == st.topic]
         zero = n = 0
         offsets = []
@@ -332,6 +342,7 @@ class Outcome:
     def complete(self) -> bool:
         """Every message read and every kept row stored: the import may be marked done."""
         return not (self.interrupted or self.stopped or sum(self.not_stored.values()))
+    extra: dict[str, dict[str, int]] = field(default_factory=dict)  # a stream's own counters
 
     @property
     def speed(self) -> float:
@@ -346,8 +357,10 @@ class Outcome:
             c = self.counters[s]
             ratio = c.kept / c.received if c.received else 0.0
             again = self.resumed.get(s, 0)
+            skipped = self.extra.get(s, {}).get("skipped_until_keyframe", 0)
             parts.append(f"{s} {c.stored} rows ({c.kept}/{c.received} kept, {ratio:.1%}"
-                         + (f", {again} stored before" if again else "") + ")")
+                         + (f", {again} stored before" if again else "")
+                         + (f", {skipped} skipped until a keyframe" if skipped else "") + ")")
         sources = ", ".join(f"{k} {v}" for k, v in sorted(self.sources.items())) or "none"
         problems = "; ".join(self.tf_problems) or "none"
         head = ("memory-import: interrupted" if self.interrupted else
@@ -375,7 +388,8 @@ class Outcome:
     def as_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "bag_s": round(self.bag_s, 3),
                 "wall_s": round(self.wall_s, 3), "speed": round(self.speed, 2),
-                "streams": {s: dict(vars(self.counters[s])) for s in self.streams},
+                "streams": {s: dict(vars(self.counters[s])) | self.extra.get(s, {})
+                            for s in self.streams},
                 "resumed": self.resumed, "pose_sources": self.sources, "tf": self.tf,
                 "tf_problems": self.tf_problems, "already": self.already,
                 "interrupted": self.interrupted, "not_stored": self.not_stored,
@@ -504,6 +518,10 @@ class Importer:
         self.policy = RecorderPolicy.offline(settings, engine, logger=logger)
         self.policy.on_kept = self._on_kept
         self.policy.disk_full_hint = ""  # the summary says what happens next
+        camera = plan.streams["camera"]
+        self.front_video = (FrontVideoReceiver(settings["front_video_resolution"],
+                                               self.policy.count, self.policy.log.warning)
+                            if camera.kind == FRONT_VIDEO.kind else None)
         self.stream_of = {st.topic: st for st in plan.streams.values()
                           if st.topic in plan.read_topics}
         self.existing = _existing_keyframes(engine, plan)
@@ -528,15 +546,8 @@ class Importer:
                 if stopped:
                     out.stopped = stopped
                     break
-                now = t_ns / 1e9
                 out.messages += 1
-                if topic in TF_TOPICS:
-                    policy.on_tf(raw, topic == "/tf_static", arrived_s=now)
-                else:
-                    st = self.stream_of[topic]
-                    msg = reader.deserialize(raw, msgtype)
-                    policy.on_message(st.stream, msg, arrived_s=now,
-                                      kind=st.kind or "raw")
+                self._dispatch(reader, topic, t_ns / 1e9, raw, msgtype)
                 last_ns = max(last_ns, t_ns)
                 if self.progress is not None:
                     self.progress.update((last_ns - self.plan.window[0]) / 1e9, self._rows())
@@ -557,6 +568,35 @@ class Importer:
         out.bag_s = (last_ns - self.plan.window[0]) / 1e9
         out.wall_s = time.monotonic() - t0
         out.counters = {s: policy.counters[s] for s in STREAMS}
+        self._disk_outcome()
+        if self.front_video is not None:
+            out.extra["camera"] = self.front_video.stats()
+        out.tf = dict(policy.poses.tf_stats())
+        out.tf_problems = self._tf_problems()
+        if self.progress is not None:
+            self.progress.update(out.bag_s, self._rows())
+        return out
+
+    def _dispatch(self, reader: Any, topic: str, now: float, raw: Any, msgtype: str) -> None:
+        """One message of the bags to the recorder policy, as the live node hands it over."""
+        policy = self.policy
+        if topic in TF_TOPICS:
+            policy.on_tf(raw, topic == "/tf_static", arrived_s=now)
+            return
+        if msgtype == CAMERA_INFO:
+            policy.on_camera_info(reader.deserialize(raw, msgtype))
+            return
+        st = self.stream_of[topic]
+        msg = reader.deserialize(raw, msgtype)
+        if self.front_video is not None and st.kind == FRONT_VIDEO.kind:
+            msg = self.front_video.picture(msg)  # every access unit, in order
+            if msg is None:
+                return  # counted (skipped until a keyframe, or failed)
+        policy.on_message(st.stream, msg, arrived_s=now, kind=st.kind or "raw")
+
+    def _disk_outcome(self) -> None:
+        """What the outcome says of rows not stored and of a stop for a full disk."""
+        policy, out = self.policy, self.outcome
         out.not_stored = policy.not_stored.snapshot()
         if not out.stopped:
             out.stopped = self._disk_stop()
@@ -567,11 +607,6 @@ class Importer:
             out.disk = (f"less than disk_reserve_mb = "
                         f"{policy.reserve.reserve_bytes / 2**20:g} MB free on the filesystem "
                         f"of {self.engine.config.root} ({free / 2**20:.1f} MB)")
-        out.tf = dict(policy.poses.tf_stats())
-        out.tf_problems = self._tf_problems()
-        if self.progress is not None:
-            self.progress.update(out.bag_s, self._rows())
-        return out
 
     def _disk_stop(self) -> str:
         """"disk_full" or "disk_reserve" once a kept row could not be stored for that reason

@@ -31,7 +31,9 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from memory_node.core.camera_info import camera_info_topic
 from memory_node.core.engine import MemoryEngine
+from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.core.recorder_settings import with_robot_prefix
 from memory_node.ros import params
@@ -50,6 +52,26 @@ def _type_name(msg_type: Any) -> str:
     """'sensor_msgs/msg/Image' for the class, as the ROS graph names types."""
     module = msg_type.__module__.split(".")
     return f"{module[0]}/{module[1]}/{msg_type.__name__}"
+
+
+def front_video_type() -> Any:
+    """unitree_go's Go2FrontVideoData class, or ParameterError saying how to get it."""
+    try:
+        from unitree_go.msg import Go2FrontVideoData
+    except ImportError:
+        raise params.ParameterError(
+            "front_video_topic is set but unitree_go/msg/Go2FrontVideoData is not importable: "
+            "source unitree_ros2's workspace, or build memory_node where setup.py generates "
+            "it (MEMORY_NODE_UNITREE_GO=build)") from None
+    return Go2FrontVideoData
+
+
+def front_video_receiver(cfg: dict[str, Any], policy: RecorderPolicy,
+                         warn: Any) -> FrontVideoReceiver | None:
+    """The front-video decoder when `front_video_topic` is set, else None."""
+    if not cfg[FRONT_VIDEO.topic_param]:
+        return None
+    return FrontVideoReceiver(cfg["front_video_resolution"], policy.count, warn)
 
 
 @dataclass
@@ -115,6 +137,13 @@ class MemoryRecorder(MaskedLogging, Node):
                        CompressedImage if compressed else Image,
                        lambda m: self._on_sensor("camera", m, "compressed" if compressed
                                                  else "raw"), sensor_qos),
+        }
+        # The Go2's front video (unitree_ros2), when set, is the camera's source instead.
+        self.front_video = front_video_receiver(cfg, self.policy, self.get_logger().warning)
+        if self.front_video is not None:
+            subscriptions["camera"] = (cfg["front_video_topic"], front_video_type(),
+                                       self._on_front_video, sensor_qos)
+        subscriptions |= {
             "lidar": (cfg["lidar_topic"], PointCloud2, lambda m: self._on_sensor("lidar", m),
                       sensor_qos),
             "odom": (cfg["odom_topic"], Odometry, self._on_odom, 50),
@@ -126,6 +155,14 @@ class MemoryRecorder(MaskedLogging, Node):
                 continue
             self.watches[stream] = TopicWatch(topic, _type_name(msg_type))
             self.create_subscription(msg_type, topic, callback, qos, callback_group=cb)
+        camera_topic = subscriptions["camera"][0]
+        if camera_topic and self.front_video is None:
+            # The driver's calibration, where it publishes one: the views' field of view.
+            from sensor_msgs.msg import CameraInfo
+
+            self.create_subscription(CameraInfo, camera_info_topic(camera_topic),
+                                     self.policy.on_camera_info, sensor_qos,
+                                     callback_group=cb)
         self._tf_watch = TopicWatch("/tf", "tf2_msgs/msg/TFMessage")
         self.stats_pub = self.create_publisher(String, "/memory/recorder_stats", 10)
         self.create_timer(cfg["stats_period_s"], self._publish_stats)
@@ -150,6 +187,18 @@ class MemoryRecorder(MaskedLogging, Node):
 
     def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
         self._enqueue(self.policy.receive(stream, msg, kind))
+
+    def _on_front_video(self, msg: Any) -> None:
+        """Every access unit is decoded here, in arrival order (the decoder needs each one);
+        what becomes a job is a picture not yet converted to pixels."""
+        assert self.front_video is not None
+        picture = self.front_video.picture(msg)
+        if picture is None:
+            watch = self.watches.get("camera")
+            if watch is not None:
+                watch.last, watch.heard = time.monotonic(), True
+            return
+        self._on_sensor("camera", picture, FRONT_VIDEO.kind)
 
     def _enqueue(self, job: Job) -> None:
         watch = self.watches.get(job.stream)
@@ -264,6 +313,8 @@ class MemoryRecorder(MaskedLogging, Node):
             out[stream] = c.__dict__.copy() | (
                 {"status": watch.status, "topic": watch.topic} if watch
                 else {"status": "not_configured", "topic": None})
+        if self.front_video is not None:
+            out["camera"] |= self.front_video.stats()
         poses = self.poses
         return out | {"queue": self._queue.qsize(), "pending": self._pending.qsize(),
                       # kept rows not stored, by reason: disk_full, disk_reserve, error

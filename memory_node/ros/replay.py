@@ -41,10 +41,15 @@ def import_message_type(msgtype: str) -> Any:
         raise ReplayError(f"malformed message type name {msgtype!r}")
     pkg, kind, name = parts
     try:
-        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
-    except (ImportError, AttributeError):
+        module = importlib.import_module(f"{pkg}.{kind}")
+    except ImportError:
         raise ReplayError(f"unknown message type {msgtype}: its Python package {pkg} is not "
                           "installed here") from None
+    try:
+        return getattr(module, name)
+    except AttributeError:  # a package with some of the vendor's types (unitree_go here)
+        raise ReplayError(f"unknown message type {msgtype}: the installed {pkg} has no "
+                          f"{name}") from None
 
 
 @dataclass
@@ -69,7 +74,11 @@ def open_reader(path: Path | Sequence[Path]) -> Any:
         if not p.exists():
             raise ReplayError(f"bag {p} does not exist")
     try:
-        reader = AnyReader(paths, default_typestore=get_typestore(Stores.ROS2_KILTED))
+        from memory_node.core.front_video import register_rosbags_type
+
+        # Go2FrontVideoData: readable even from a bag that stores no message definitions.
+        typestore = register_rosbags_type(get_typestore(Stores.ROS2_KILTED))
+        reader = AnyReader(paths, default_typestore=typestore)
         reader.open()
     except Exception as exc:  # noqa: BLE001 - rosbags raises several types for bad bags
         names = ", ".join(str(p) for p in paths)

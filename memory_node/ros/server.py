@@ -357,7 +357,8 @@ class MemoryServer(MaskedLogging, LifecycleNode):
             self._recorder_stats = (time.monotonic(), stats)
 
     def recorder_status(self) -> dict[str, dict] | None:
-        """Per sensor stream {"status", "topic"} from the recorder's latest stats, or None
+        """Per sensor stream {"status", "topic"} (and a video camera's
+        "skipped_until_keyframe") from the recorder's latest stats, or None
         when no recorder has reported lately."""
         if self._recorder_stats is None:
             return None
@@ -365,6 +366,9 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         if time.monotonic() - received > RECORDER_STATS_MAX_AGE_S:
             return None
         return {name: {"status": entry["status"], "topic": entry.get("topic")}
+                # a video source joined mid-GOP (core/front_video.py)
+                | ({"skipped_until_keyframe": entry["skipped_until_keyframe"]}
+                   if "skipped_until_keyframe" in entry else {})
                 for name, entry in stats.items()
                 if isinstance(entry, dict) and "status" in entry}
 

@@ -33,6 +33,7 @@ from rosbags.rosbag2 import Writer
 from rosbags.rosbag2.enums import CompressionFormat, CompressionMode, StoragePlugin
 from rosbags.typesys import Stores, get_typestore
 
+from memory_node.core.front_video import register_rosbags_type
 from memory_node.sim.floorplan import FaceArrays, FloorPlan, build_flat, cast_rays, pack_faces
 from memory_node.sim.lidar import Lidar, LidarModel
 from memory_node.sim.render import CameraModel, FrameInfo, Renderer
@@ -144,7 +145,8 @@ class _Messages:
     """Builds the ROS messages from the typestore's classes (no rclpy needed)."""
 
     def __init__(self) -> None:
-        self.ts = get_typestore(Stores.ROS2_KILTED)
+        # unitree_go's Go2FrontVideoData too (the unitree_ros2 profile's front video)
+        self.ts = register_rosbags_type(get_typestore(Stores.ROS2_KILTED))
         t = self.ts.types
         self.Time = t["builtin_interfaces/msg/Time"]
         self.Header = t["std_msgs/msg/Header"]
@@ -908,7 +910,7 @@ def _dir_size(path: Path) -> int:
 
 
 def _existing(out_dir: Path, seed: int, duration: float, fmt: str, profile: str = "default",
-              robots: int = 1) -> dict[str, Any] | None:
+              robots: int = 1, front_video_codec: str | None = None) -> dict[str, Any] | None:
     """The ground truth of a complete earlier output with the same arguments, else None."""
     gt_path = out_dir / GROUND_TRUTH_NAME
     if not gt_path.is_file() or not (out_dir / BAG_NAME / "metadata.yaml").is_file():
@@ -924,12 +926,14 @@ def _existing(out_dir: Path, seed: int, duration: float, fmt: str, profile: str 
         and gt.get("bag", {}).get("format") == fmt
         and gt.get("profile", "default") == profile
         and gt.get("robot_count", 1) == robots
+        and gt.get("front_video", {}).get("codec") == front_video_codec
     )
     if not same:
         msg = (
             f"{out_dir} holds a sample made with other arguments (seed {gt.get('seed')}, "
             f"duration {gt.get('duration')}, format {gt.get('bag', {}).get('format')}, "
-            f"profile {gt.get('profile', 'default')}, robots {gt.get('robot_count', 1)}); "
+            f"profile {gt.get('profile', 'default')}, robots {gt.get('robot_count', 1)}, "
+            f"front video {gt.get('front_video', {}).get('codec')}); "
             "use force=True / --force to regenerate"
         )
         raise FileExistsError(msg)
@@ -950,12 +954,14 @@ def generate_sample(
     force: bool = False,
     profile: str = "default",
     robots: int = 1,
+    front_video_codec: str = "h264",
 ) -> SampleInfo:
     """Write OUT_DIR/flat_bag (rosbag2) and OUT_DIR/ground_truth.json, or reuse them.
 
     `profile` picks the wire format: the default sample, or a Go2 driver stack's topics,
     frames, QoS, stamps and timing (`go2_ros2_sdk`, `unitree_ros2`; see sim/stacks.py);
-    `robots` > 1 is go2_ros2_sdk's multi-robot mode. The ground truth file is written last, so
+    `robots` > 1 is go2_ros2_sdk's multi-robot mode; `front_video_codec` (h264 or jpeg) is
+    unitree_ros2's front video payload. The ground truth file is written last, so
     its presence marks a complete output; an existing complete output made with the same
     arguments is reused unless `force`.
     """
@@ -970,13 +976,19 @@ def generate_sample(
     if robots < 1 or (robots > 1 and profile != "go2_ros2_sdk"):
         raise ValueError("robots must be 1, or more with profile go2_ros2_sdk (its "
                          "multi-robot mode)")
+    from memory_node.sim.front_video import CODECS
+
+    if front_video_codec not in CODECS:
+        raise ValueError(f"front video codec must be one of {', '.join(CODECS)}, not "
+                         f"{front_video_codec!r}")
+    codec = front_video_codec if profile == "unitree_ros2" else None
     duration = float(duration_s)
     out_dir = Path(out_dir)
     bag_dir = out_dir / BAG_NAME
     gt_path = out_dir / GROUND_TRUTH_NAME
     start = time.monotonic()
     if not force:
-        gt = _existing(out_dir, seed, duration, fmt, profile, robots)
+        gt = _existing(out_dir, seed, duration, fmt, profile, robots, codec)
         if gt is not None:
             return SampleInfo(
                 out_dir, bag_dir, gt_path, gt, True, _dir_size(bag_dir), time.monotonic() - start
@@ -991,7 +1003,7 @@ def generate_sample(
         gt = _ground_truth(world, frames, fmt)
         gt.update(_questions(world, gt))
     else:
-        gt = _stack_sample(seed, duration, fmt, profile, robots, bag_dir)
+        gt = _stack_sample(seed, duration, fmt, profile, robots, bag_dir, codec or "h264")
     tmp = gt_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(gt, indent=1, sort_keys=True) + "\n")
     tmp.replace(gt_path)
@@ -1004,17 +1016,18 @@ PROFILE_PATH_RATE = 10.0  # Hz of the per-robot paths in a profile's ground trut
 
 
 def _stack_sample(seed: int, duration: float, fmt: str, profile: str, robots: int,
-                  bag_dir: Path) -> dict[str, Any]:
+                  bag_dir: Path, front_video_codec: str = "h264") -> dict[str, Any]:
     """A driver stack's recording and its ground truth: the flat's (as the default sample's),
     the stack's topics and frames, each robot's true path in the map and the path its pose
     source gives (`expected_path`: what a correct recorder stores), and the clouds' geometry."""
     from memory_node.sim import stacks
+    from memory_node.sim.front_video import GOP
 
     go2 = profile == "go2_ros2_sdk"
     world = (_build_world(seed, duration, stacks.CAMERA_RATE, stacks.CAMERA_IN_BASE) if go2
-             else _build_world(seed, duration))
+             else _build_world(seed, duration, stacks.UNITREE_VIDEO_RATE, stacks.CAMERA_IN_BASE))
     frames, out = stacks.write_stack_bag(sys.modules[__name__], world, bag_dir, fmt, profile,
-                                         robots)
+                                         robots, front_video_codec)
     gt = _ground_truth(world, frames, fmt)
     if frames:
         gt.update(_questions(world, gt))
@@ -1056,7 +1069,16 @@ def _stack_sample(seed: int, duration: float, fmt: str, profile: str, robots: in
         gt["lidar"]["content"] = (f"voxel map chunk in odom: {stacks.VOXEL} m voxels within "
                                   f"{stacks.CHUNK_HALF} m (x and y) of the robot")
     else:
-        gt.pop("camera", None)
+        gt["camera"]["frame"] = None  # no header: placed by camera_mount_* (no TF)
+        gt["camera"]["xyz_in_base_link"] = list(stacks.CAMERA_IN_BASE)
+        gt["camera"]["encoding"] = front_video_codec
+        gt["front_video"] = {"topic": stacks.UNITREE_VIDEO_TOPIC, "codec": front_video_codec,
+                             "gop": GOP if front_video_codec == "h264" else None,
+                             "sizes": {"720p": [CAMERA.width, CAMERA.height],
+                                       "360p": [CAMERA.width // 2, CAMERA.height // 2],
+                                       "180p": [CAMERA.width // 4, CAMERA.height // 4]},
+                             "time_frame": "milliseconds since the epoch (the sample's choice: "
+                                           "the real unit is undocumented)"}
         gt["lidar"]["fields"] = [f[0] for f in stacks.UNITREE_FIELDS]
         gt["lidar"]["point_step"] = 32
         gt["lidar"]["frame"] = "utlidar_lidar"
@@ -1104,11 +1126,15 @@ def main(argv: list[str] | None = None) -> int:
         "--robots", type=int, default=1,
         help="go2_ros2_sdk only: robots in the bag; 2 or more is the driver's multi-robot "
         "mode (topics /robotN/..., frames robotN/base_link, ...)")
+    parser.add_argument(
+        "--front-video-codec", choices=("h264", "jpeg"), default="h264",
+        help="unitree_ros2 only: the front video's payload on /frontvideostream, H.264 "
+        "Annex-B access units (libx264) or JPEG images (default h264)")
     parser.add_argument("--force", action="store_true", help="regenerate even if present")
     args = parser.parse_args(argv)
     try:
         info = generate_sample(args.out_dir, args.seed, args.duration, args.format, args.force,
-                               args.profile, args.robots)
+                               args.profile, args.robots, args.front_video_codec)
     except ValueError as exc:
         print(f"memory-sample-bag: {exc}", file=sys.stderr)
         return 2

@@ -40,11 +40,14 @@ latched at start hold until odometry drifts, and SLAM's correction starts at the
 unitree_ros2: no TF at all; `/utlidar/robot_odom` (odom -> base_link, twist filled) with zero
 header stamps; `/utlidar/cloud` in frame `utlidar_lidar` (x, y, z, intensity, ring, time;
 point_step 32), which nothing links to base_link (the sensor sits where go2.urdf's
-`radar_joint` puts it, pitched 2.8782 rad); no sensor_msgs/Image (the front camera is H.264 on
-`/frontvideostream`, a vendor type, left out). unitree_ros2's sources document neither the
-rates, the QoS nor the cloud's field offsets: the sample uses 20 Hz odometry, 15 Hz clouds,
-reliable depth 10, and PCL's aligned layout (x, y, z at 0, 4, 8; intensity float32 at 16; ring
-uint16 at 20; time float32 at 24).
+`radar_joint` puts it, pitched 2.8782 rad); no sensor_msgs/Image: the front camera is
+`/frontvideostream` (unitree_go/msg/Go2FrontVideoData, no header), one H.264 Annex-B access
+unit per message (libx264, an IDR every GOP frames, SPS/PPS before each) or, with
+`front_video_codec="jpeg"`, one JPEG: video720p holds the rendered 320x240 frame, video360p and
+video180p the same halved and quartered. unitree_ros2's sources document neither the rates,
+the QoS, the cloud's field offsets nor the video's payload: the sample uses 20 Hz odometry,
+15 Hz clouds, 15 Hz video (users report about 30), reliable depth 10, and PCL's aligned layout
+(x, y, z at 0, 4, 8; intensity float32 at 16; ring uint16 at 20; time float32 at 24).
 """
 
 from __future__ import annotations
@@ -111,10 +114,12 @@ JOINT_RATE = 1.0
 
 UNITREE_ODOM_RATE = 20.0  # not documented in unitree_ros2; a plausible rate
 UNITREE_CLOUD_RATE = 15.0
+UNITREE_VIDEO_RATE = 15.0  # users report ~30 Hz; half keeps the sample quick to render
+UNITREE_VIDEO_TOPIC = "/frontvideostream"
 
 # receive latency after the stamp on an otherwise on-time topic (s)
 LATENCY = {"tf": 0.004, "slam": 0.002, "cloud": 0.03, "camera": 0.04, "joints": 0.003,
-           "unitree_odom": 0.005, "unitree_cloud": 0.02}
+           "unitree_odom": 0.005, "unitree_cloud": 0.02, "unitree_video": 0.03}
 
 
 def quat_rpy(roll: float, pitch: float, yaw: float) -> tuple[float, float, float, float]:
@@ -512,10 +517,41 @@ UNITREE_FIELDS = [("x", 0, 7), ("y", 4, 7), ("z", 8, 7), ("intensity", 16, 7), (
                   ("time", 24, 7)]
 
 
+def unitree_video_events(gen: Any, world: Any, run: RobotRun, frames_out: list[Any],
+                         codec: str) -> list[Event]:
+    """The front camera on /frontvideostream: each rendered frame encoded into the message's
+    three resolution fields (built in time order, as the encoder needs)."""
+    from memory_node.core.front_video import MSG_TYPE
+    from memory_node.sim.front_video import FrontVideoWriter
+
+    renderer = Renderer(world.plan, world.camera)
+    cls = gen._Messages().ts.types[MSG_TYPE]
+    writer = FrontVideoWriter(world.camera.width, world.camera.height, world.camera_rate, codec)
+    luma_w = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    events = []
+    for t in world.camera_t.tolist():
+
+        def video(t: float = t) -> Any:
+            base = run.truth(t)[0]
+            pose = compose(base, np.array([CAMERA_IN_BASE[0], CAMERA_IN_BASE[1], 0.0]))[0]
+            person = world.plan.person if world.person_at(t) else None
+            img, info = renderer.render(pose[0], pose[1], pose[2], person)
+            luma = float((img.reshape(-1, 3).astype(np.float32) @ luma_w).mean())
+            frames_out.append(gen._FrameRecord(t, info, luma, pose, base))
+            p = writer.payloads(np.ascontiguousarray(img[:, :, ::-1]))
+            # time_frame: its unit is documented nowhere; the sample writes milliseconds
+            return cls(gen._ns(t) // 1_000_000, *(np.frombuffer(p[r], np.uint8)
+                                                   for r in ("720p", "360p", "180p")))
+
+        events.append(Event(t + LATENCY["unitree_video"], 3, UNITREE_VIDEO_TOPIC, video))
+    return events
+
+
 def unitree_events(gen: Any, world: Any, runs: list[RobotRun],
-                   clouds_out: list[dict[str, Any]]) -> tuple[list[Event], dict[str, Any]]:
+                   clouds_out: list[dict[str, Any]], frames_out: list[Any] | None = None,
+                   video_codec: str = "h264") -> tuple[list[Event], dict[str, Any]]:
     """Every message of a unitree_ros2 recording: odometry with zero stamps, lidar clouds in
-    the tilted sensor frame, nothing else."""
+    the tilted sensor frame and, given `frames_out`, the front video."""
     b = _Builder(gen, world)
     run = runs[0]
     dur = world.duration
@@ -526,6 +562,12 @@ def unitree_events(gen: Any, world: Any, runs: list[RobotRun],
                            "frame_id": "utlidar_lidar", "rate_hz": UNITREE_CLOUD_RATE},
     }
     events: list[Event] = []
+    if frames_out is not None:
+        from memory_node.core.front_video import MSG_TYPE
+
+        topics[UNITREE_VIDEO_TOPIC] = {"type": MSG_TYPE, "qos": _qos_for(gen, 10),
+                                       "frame_id": None, "rate_hz": world.camera_rate}
+        events += unitree_video_events(gen, world, run, frames_out, video_codec)
     for i, t in enumerate(run.odom_t):
         t = float(t)
 
@@ -570,9 +612,9 @@ def unitree_events(gen: Any, world: Any, runs: list[RobotRun],
 
 
 def write_stack_bag(gen: Any, world: Any, bag_dir: Path, fmt: str, profile: str,
-                    robots: int) -> tuple[list[Any], StackOutput]:
+                    robots: int, video_codec: str = "h264") -> tuple[list[Any], StackOutput]:
     """Write a driver stack's recording; return the camera frames of robot 0 and what the
-    ground truth needs."""
+    ground truth needs. `video_codec`: unitree_ros2's front video, "h264" or "jpeg"."""
     if profile == "go2_ros2_sdk":
         runs = make_robots(world, robots, DRIVER_RATE)
     else:
@@ -582,7 +624,7 @@ def write_stack_bag(gen: Any, world: Any, bag_dir: Path, fmt: str, profile: str,
     if profile == "go2_ros2_sdk":
         events, info = _Go2(gen, world, runs, frames, clouds).run()
     else:
-        events, info = unitree_events(gen, world, runs, clouds)
+        events, info = unitree_events(gen, world, runs, clouds, frames, video_codec)
     events = [e for e in events if e.log <= world.duration + 1e-9]
     events.sort(key=lambda e: (e.log, e.order))
     writer = gen._open_writer(bag_dir, fmt)

@@ -4,17 +4,20 @@ config/<profile>.yaml`, the stored rows checked against the generator's ground t
 
 - go2_ros2_sdk: URDF identities latched on /tf_static before the driver's odom -> base_link and
   SLAM's map -> odom on /tf, odom-frame voxel chunks, pose-only odometry 2-3 s late in bursts,
-  bgr8 front_camera. Keyframe poses within POSE_MEDIAN_M (median) and POSE_MAX_M (max) of the
-  truth; lidar range tags measured from the robot, not from the odom origin; `speed` never a
+  bgr8 front_camera with its camera_info (the views' field of view, live and imported).
+  Keyframe poses within POSE_MEDIAN_M (median) and POSE_MAX_M (max) of the truth; lidar
+  range tags measured from the robot, not from the odom origin; `speed` never a
   false 0; the demo's questions answered right.
-- unitree_ros2: no TF, zero odometry stamps, a tilted utlidar_lidar cloud, no camera: rows
-  posed from odometry in its frame, lidar rows posed, the camera stream reported as not
-  configured.
+- unitree_ros2: no TF, zero odometry stamps, a tilted utlidar_lidar cloud, the front camera as
+  H.264 on /frontvideostream (Go2FrontVideoData, no header): rows posed from odometry in its
+  frame, camera keyframes posed with views at the camera mount, live (a replay that starts
+  mid-GOP: the frames before the first keyframe skipped and counted) and by memory-import
+  (H.264 and JPEG payloads).
 - go2_ros2_sdk's multi-robot mode: two memory-node processes, `robot_prefix` robot0 and robot1,
   each storing only its robot's rows, posed where that robot was.
 
 Recordings are short and replayed at 3-4x (each test says what it spends its time on): about
-100 s in all on a 2-core machine at load 4-5, most of it waiting for the replays.
+130 s in all on a 2-core machine at load 4-5, most of it waiting for the replays.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -198,7 +204,8 @@ def go2_run(tmp_path_factory: pytest.TempPathFactory):
                 result["remembered"] = skills["remember"].call(note=ALICE_NOTE)
 
         session.replay(sample.bag, 4.0, ["--topics", "/tf_static", "/tf", "/odom",
-                                          "/point_cloud2", "/camera/image_raw"], at_the_door)
+                                          "/point_cloud2", "/camera/image_raw",
+                                          "/camera/camera_info"], at_the_door)
         wait_until_settled(client)
         result["streams"] = _streams(client)
         ask(skills, client, sample, turns, result)
@@ -238,6 +245,31 @@ def test_go2_camera_views_where_the_camera_was(go2_run) -> None:
     yaw = np.abs((got[:, 2] - cam[:, 2] + np.pi) % (2 * np.pi) - np.pi)
     assert np.median(err) < POSE_MEDIAN_M and err.max() < POSE_MAX_M, (np.median(err), err.max())
     assert np.median(yaw) < 0.05 and yaw.max() < 0.3, (np.median(yaw), yaw.max())
+    # the field of view is the driver's camera_info's (the rendered images'), not the
+    # profile's camera_hfov_deg (73, the real 720p calibration)
+    hfov = math.radians(sample.truth["camera"]["hfov_deg"])
+    assert all(v.hfov == pytest.approx(hfov, abs=1e-3) for v in views.values())
+
+
+def test_go2_camera_info_sets_the_views_field_of_view_by_memory_import(tmp_path: Path) -> None:
+    """memory-import reads /camera/camera_info beside the images, as the live recorder does:
+    about 4 s to generate 12 s of go2_ros2_sdk recording, a few to import."""
+    info = generate_sample(tmp_path / "sample", seed=SEED, duration_s=12.0,
+                           profile="go2_ros2_sdk")
+    memory_dir = tmp_path / "memory"
+    done = subprocess.run(
+        [sys.executable, "-m", "memory_node.ros.bag_import", str(info.bag_dir), "--memory-dir",
+         str(memory_dir), "--config", "go2_ros2_sdk.yaml", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    rows = _rows(memory_dir, "camera")
+    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
+    try:
+        views = store.views_of([r.id for r in rows if r.id is not None])
+    finally:
+        store.close()
+    assert len(rows) >= 5 and len(views) == len(rows)
+    assert {round(math.degrees(v.hfov), 3) for v in views.values()} == {90.0}
 
 
 def test_go2_lidar_ranges_are_from_the_robot(go2_run) -> None:
@@ -277,13 +309,41 @@ def test_go2_demo_questions_answered_right(go2_run) -> None:
     assert len(turns.checks) >= 9 and not failed, failed
 
 
-def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
+def _assert_unitree_views(memory_dir: Path, frame: str, path: np.ndarray,
+                          late_s: float) -> None:
+    """No TF places the camera: each camera keyframe's view starts at camera_mount_x ahead
+    of the odometry pose and looks where the robot looked (up to `late_s` of arrival delay)."""
+    rows = _rows(memory_dir, "camera")
+    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
+    try:
+        views = store.views_of([r.id for r in rows if r.id is not None])
+    finally:
+        store.close()
+    assert len(views) >= 0.9 * len(rows)
+    for r in rows:
+        v = views[r.id]
+        best = np.inf
+        for lag in np.arange(0.0, late_s + 1e-9, 0.05):
+            t = r.t - lag
+            x, y = np.interp(t, path[:, 0], path[:, 1]), np.interp(t, path[:, 0], path[:, 2])
+            yaw = r.pose.yaw
+            cam = (x + stacks.CAMERA_IN_BASE[0] * math.cos(yaw),
+                   y + stacks.CAMERA_IN_BASE[0] * math.sin(yaw))
+            best = min(best, math.hypot(v.x - cam[0], v.y - cam[1]))
+        assert best < POSE_MAX_M, (r.t, v, best)
+        assert abs((v.yaw - r.pose.yaw + math.pi) % (2 * math.pi) - math.pi) < 1e-6
+        assert v.hfov == pytest.approx(math.radians(73.0), abs=1e-3)
+
+
+def test_unitree_odometry_poses_and_the_front_video(tmp_path: Path) -> None:
     """45 s of recording at 3x: about 15 s of replay; generated while the node starts.
 
-    /utlidar/robot_odom carries no stamps, so odometry is stamped on arrival: a callback that
-    runs late (a loaded machine) stamps late, by its delay times the replay rate. So every row
-    must lie within POSE_MAX_M of where the robot was up to ARRIVAL_LATE_S before its stamp,
-    and the median error at the stamp stays under POSE_MEDIAN_M.
+    /utlidar/robot_odom and /frontvideostream carry no stamps, so both are stamped on arrival:
+    a callback that runs late (a loaded machine) stamps late, by its delay times the replay
+    rate. So every row must lie within POSE_MAX_M of where the robot was up to ARRIVAL_LATE_S
+    before its stamp, and the median error at the stamp stays under POSE_MEDIAN_M. The replay
+    starts 1 s in, half-way through the video's first GOP: the access units before the next
+    IDR are skipped and counted.
     """
     memory_dir = tmp_path / "memory"
     node = _spawn("unitree_ros2", memory_dir, tmp_path / "logs", "memory-node")
@@ -292,7 +352,8 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     session.procs = [node]
     client = RosClient(use_sim_time=True, timeout_s=20.0)
     try:
-        session.replay(sample.bag, RATE, ["--topics", "/utlidar/robot_odom", "/utlidar/cloud"])
+        session.replay(sample.bag, RATE, ["--start", "1", "--topics", "/utlidar/robot_odom",
+                                          "/utlidar/cloud", "/frontvideostream"])
         wait_until_settled(client)
         answer = _streams(client)
     finally:
@@ -301,14 +362,56 @@ def test_unitree_odometry_poses_without_tf_or_camera(tmp_path: Path) -> None:
     frame, path = _expected(sample)
     assert frame == "odom"
     odom, lidar = _rows(memory_dir, "odom"), _rows(memory_dir, "lidar")
-    assert len(odom) >= 10 and len(lidar) >= 10
+    camera = _rows(memory_dir, "camera")
+    assert len(odom) >= 10 and len(lidar) >= 10 and len(camera) >= 10
     _assert_poses(odom, frame, path, "odom", ARRIVAL_LATE_S)
     _assert_poses(lidar, frame, path, "lidar", ARRIVAL_LATE_S)
-    assert all("odom" in r.pose.source for r in odom + lidar if r.pose is not None)
-    assert answer["recorder"]["camera"]["status"] == "not_configured", answer
-    assert not _rows(memory_dir, "camera")
+    _assert_poses(camera, frame, path, "camera", ARRIVAL_LATE_S)
+    assert all("odom" in r.pose.source for r in odom + lidar + camera if r.pose is not None)
+    _assert_unitree_views(memory_dir, frame, path, ARRIVAL_LATE_S)
+    cam = {s["name"]: s for s in answer["streams"]}["camera"]
+    assert cam["status"] == "recording" and cam["topic"] == "/frontvideostream", answer
+    gop = sample.truth["front_video"]["gop"]
+    assert 0 < cam["skipped_until_keyframe"] <= gop // 2, cam
     log = (tmp_path / "logs" / "memory-node.log").read_text()
-    assert log.count("carry no stamp") <= 2  # said once per stream, not per message
+    assert log.count("carry no stamp") <= 3  # said once per stream, not per message
+    assert "front video joined mid-stream" in log and "payloads are H264" in log
+
+
+def _import(sample: Sample, memory_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "memory_node.ros.bag_import", str(sample.bag), "--memory-dir",
+         str(memory_dir), "--config", "unitree_ros2.yaml", "--threads", "1", *extra],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("codec", ["h264", "jpeg"])
+def test_unitree_front_video_by_memory_import(tmp_path: Path, codec: str) -> None:
+    """The unitree_ros2 sample imported from 1 s in (mid-GOP): camera keyframes posed from
+    odometry with views at the mount, as live; H.264 skips exactly the rest of the first GOP
+    (15 Hz video, 1 s in, GOP 30), JPEG nothing. 5-8 s each."""
+    info = generate_sample(tmp_path / "sample", seed=SEED, duration_s=15.0,
+                           profile="unitree_ros2", front_video_codec=codec)
+    sample = Sample(Path(info.bag_dir), info.ground_truth)
+    memory_dir = tmp_path / "memory"
+    done = _import(sample, memory_dir, "--start", "1")
+    assert done.returncode == 0, done.stderr
+    frame, path = _expected(sample)
+    camera = _rows(memory_dir, "camera")
+    assert len(camera) >= 10
+    _assert_poses(camera, frame, path, "camera", 0.1)  # stamped on the bag's receive times
+    _assert_unitree_views(memory_dir, frame, path, 0.1)
+    summary = done.stdout.strip().splitlines()[-1]
+    with sqlite3.connect(MemoryConfig(memory_dir=str(memory_dir)).db_path) as con:
+        [(value,)] = con.execute("SELECT value FROM meta WHERE key LIKE 'import/%'").fetchall()
+    report = json.loads(value)
+    counters = report["streams"]["camera"]
+    first = int(math.ceil((1.0 - 0.02 - stacks.LATENCY["unitree_video"]) * 15))
+    skipped = (-first) % 30 if codec == "h264" else 0
+    assert counters.get("skipped_until_keyframe", 0) == skipped, counters
+    assert counters["failed"] == 0 and counters["stored"] == len(camera)
+    assert (f"{skipped} skipped until a keyframe" in summary) == (skipped > 0), summary
+    assert f"payloads are {codec.upper()}" in done.stdout + done.stderr
 
 
 def test_two_prefixed_robots_each_store_their_own(tmp_path: Path) -> None:

@@ -63,7 +63,8 @@ def _live_counters(log: Path) -> dict:
 
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
-GO2_TOPICS = ["/tf_static", "/tf", "/odom", "/point_cloud2", "/camera/image_raw"]
+GO2_TOPICS = ["/tf_static", "/tf", "/odom", "/point_cloud2", "/camera/image_raw",
+              "/camera/camera_info"]  # the views' field of view, read by both
 
 
 @pytest.fixture(scope="module", params=["sample", "go2_ros2_sdk"])

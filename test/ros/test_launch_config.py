@@ -119,12 +119,16 @@ def test_go2_ros2_sdk_profile_sets_the_drivers_topics_and_waits(engine):
         rclpy.shutdown(context=ctx)
 
 
-def test_unitree_ros2_profile_has_no_camera_and_mounts_the_lidar(engine):
+def test_unitree_ros2_profile_records_the_front_video_and_mounts_the_lidar(engine):
     ctx, server, recorder = _nodes(
         engine, ["--ros-args", "--params-file", str(ROOT / "config" / "unitree_ros2.yaml")])
     try:
         stats = recorder.stats()
-        assert stats["camera"] == {**stats["camera"], "status": "not_configured", "topic": None}
+        assert stats["camera"]["topic"] == "/frontvideostream"
+        assert "skipped_until_keyframe" not in stats["camera"]  # said once a GOP is joined
+        assert recorder.front_video is not None
+        assert recorder.front_video.decoder.field == "video720p"
+        assert recorder.settings["camera_mount_x"] == pytest.approx(0.33)
         assert stats["lidar"]["topic"] == "/utlidar/cloud"
         assert stats["odom"]["topic"] == "/utlidar/robot_odom"
         assert server.get_parameter("odom_topic").value == "/utlidar/robot_odom"

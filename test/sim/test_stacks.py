@@ -15,12 +15,13 @@ from rosbags.interfaces import QosDurability, QosReliability
 from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 
+from memory_node.core.front_video import IDR, FrontVideoDecoder, nal_types, register_rosbags_type
 from memory_node.sim import stacks
 from memory_node.sim.generate import SampleInfo, generate_sample, main, payload_digest
 from memory_node.sim.trajectory import Trajectory, build_tour, compose
 
 SEED = 7
-TYPESTORE = get_typestore(Stores.ROS2_KILTED)
+TYPESTORE = register_rosbags_type(get_typestore(Stores.ROS2_KILTED))
 
 
 def _read(info: SampleInfo) -> tuple[dict[str, list[tuple[float, Any]]], dict[str, Any], list]:
@@ -188,9 +189,9 @@ def test_go2_camera_bgr8_in_front_camera_at_15_hz(go2) -> None:
 
 def test_unitree_no_tf_zero_stamps_tilted_cloud(unitree) -> None:
     info, (msgs, qos, _) = unitree
-    gt = info.ground_truth
-    assert set(msgs) == {"/utlidar/robot_odom", "/utlidar/cloud"}
-    assert "camera" not in gt and "questions" not in gt and qos["/utlidar/cloud"].depth == 10
+    assert set(msgs) == {"/utlidar/robot_odom", "/utlidar/cloud", "/frontvideostream"}
+    assert qos["/utlidar/cloud"].depth == 10 and qos["/frontvideostream"].depth == 10
+    assert info.ground_truth["camera"]["frame"] is None  # no header: placed by the mount
     for _, m in msgs["/utlidar/robot_odom"]:
         assert (m.header.stamp.sec, m.header.stamp.nanosec) == (0, 0)
         assert m.header.frame_id == "odom" and m.child_frame_id == "base_link"
@@ -210,6 +211,44 @@ def test_unitree_no_tf_zero_stamps_tilted_cloud(unitree) -> None:
     floor = z_base[z_base < -0.2]
     assert len(floor) > 50 and np.median(floor) == pytest.approx(-0.32, abs=0.02)
     assert np.median(xyz[z_base < -0.2, 2]) > 0.0  # read as level, the floor is overhead
+
+
+def _check_front_video(info: SampleInfo, msgs: dict[str, list[tuple[float, Any]]],
+                       codec: str) -> None:
+    """/frontvideostream: one payload per rendered frame in each resolution field, decoding to
+    the sizes the ground truth gives."""
+    gt = info.ground_truth
+    video = msgs["/frontvideostream"]
+    assert len(video) == gt["topics"]["/frontvideostream"]["count"]
+    assert len(video) == pytest.approx(gt["duration"] * stacks.UNITREE_VIDEO_RATE, abs=1)
+    assert gt["front_video"]["codec"] == codec and gt["camera"]["encoding"] == codec
+    for res, (w, h) in gt["front_video"]["sizes"].items():
+        dec = FrontVideoDecoder(res)
+        pics = [dec.decode(m) for _, m in video]
+        assert dec.counters.decoded == len(video) and dec.counters.skipped_until_keyframe == 0
+        assert pics[-1].to_bgr().shape == (h, w, 3)
+    times = [m.time_frame for _, m in video]
+    assert times == sorted(times)
+    if codec == "h264":
+        idr = [i for i, (_, m) in enumerate(video) if IDR in nal_types(bytes(m.video720p))]
+        assert idr[:2] == [0, gt["front_video"]["gop"]]
+        assert [nal_types(bytes(video[0][1].video720p))[:2]] == [[7, 8]]  # SPS, PPS first
+    else:
+        assert all(bytes(m.video180p[:3]) == b"\xff\xd8\xff" for _, m in video)
+
+
+def test_unitree_front_video_h264(unitree) -> None:
+    info, (msgs, _, _) = unitree
+    _check_front_video(info, msgs, "h264")
+    assert info.ground_truth["camera"]["xyz_in_base_link"] == list(stacks.CAMERA_IN_BASE)
+
+
+def test_unitree_front_video_jpeg(tmp_path: Path) -> None:
+    info = generate_sample(tmp_path, seed=SEED, duration_s=3.0, profile="unitree_ros2",
+                           front_video_codec="jpeg")
+    _check_front_video(info, _read(info)[0], "jpeg")
+    with pytest.raises(FileExistsError, match="front video jpeg"):
+        generate_sample(tmp_path, seed=SEED, duration_s=3.0, profile="unitree_ros2")
 
 
 def test_two_robots_prefixed_topics_and_frames(two) -> None:
@@ -258,4 +297,7 @@ def test_cli_profiles_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFi
     assert "profile unitree_ros2" in capsys.readouterr().err
     assert main([str(tmp_path / "x"), "--profile", "unitree_ros2", "--robots", "2"]) == 2
     assert "multi-robot" in capsys.readouterr().err
+    assert main([str(tmp_path / "j"), "--profile", "unitree_ros2", "--duration", "1",
+                 "--front-video-codec", "jpeg"]) == 0
+    assert "/frontvideostream: 15 x unitree_go/msg/Go2FrontVideoData" in capsys.readouterr().out
     assert not (tmp_path / "x").exists()
