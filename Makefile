@@ -39,6 +39,12 @@ IMPORT_CHECK := cd /tmp && $(abspath $(PY)) -c 'from memory_node.srv import Sear
 SETUP_INPUTS := $(sort $(wildcard requirements/*.txt) $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml \
 	package.xml $(wildcard srv/*.srv) $(shell find interfaces -type f 2>/dev/null))
 PYTEST_ARGS ?=
+# The suite runs on two workers (pytest-xdist), each test file on one of them, so a file's
+# module fixtures (a replayed store, a node) are built once: on a 2-core machine half the time
+# of one worker, since most ROS tests wait on discovery and replays. PYTEST_WORKERS=0: one
+# process, as before. Each worker is a ROS domain of its own (test/conftest.py).
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 
 # ROS 2 Jazzy: a venv of its own and a copy of the checkout of its own, since an editable
 # install writes the generated types (built against one distro) into its source tree.
@@ -112,7 +118,7 @@ _setup:
 	echo "setup: $(VENV) ready"
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The quick loop: pure core and agent tests, no ROS nodes, PostgreSQL or minute-long runs.
 .PHONY: test-fast
@@ -151,7 +157,7 @@ _setup_jazzy:
 # The venv's bin/ on PATH as if activated: tests that start commands by name find Jazzy's.
 test-jazzy: setup-jazzy
 	cd $(JAZZY_TREE) && PATH="$(abspath $(JAZZY_VENV))/bin:$$PATH" \
-	  $(JAZZY_PY) -m pytest $(PYTEST_ARGS) $(JAZZY_TESTS)
+	  $(JAZZY_PY) -m pytest $(XDIST) $(PYTEST_ARGS) $(JAZZY_TESTS)
 
 # pip resolves for another interpreter and machine with --target and --platform; every
 # manylinux tag up to the distro's glibc is allowed, as pip on that robot would.
@@ -205,7 +211,7 @@ _setup_numpy1:
 
 test-numpy1: setup-numpy1
 	cd $(NUMPY1_TREE) && PATH="$(abspath $(NUMPY1_VENV))/bin:$$PATH" \
-	  $(NUMPY1_PY) -m pytest $(PYTEST_ARGS) $(NUMPY1_TESTS)
+	  $(NUMPY1_PY) -m pytest $(XDIST) $(PYTEST_ARGS) $(NUMPY1_TESTS)
 
 test-aarch64: setup
 	tools/aarch64-core-tests.sh $(PYTEST_ARGS)

@@ -27,7 +27,13 @@ _LOCALHOST_ONLY_DISTROS = {"foxy", "galactic", "humble"}
 
 
 def domain_id_for(pid: int | None = None) -> int:
-    """A ROS domain id for this test run: 1..100 from the pid (0 is everyone's default)."""
+    """A ROS domain id for this test run: 1..100 from the pid (0 is everyone's default).
+    Under pytest-xdist each worker gets its own, from the run's (the parent's) pid and the
+    worker's number, so two workers of one run never share a domain."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if pid is None and worker.startswith("gw") and worker[2:].isdigit():
+        count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+        return 1 + ((os.getppid() % max(1, 100 // count)) * count + int(worker[2:])) % 100
     return 1 + (os.getpid() if pid is None else pid) % 100
 
 
