@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.store import pose_index
 from memory_node.core.store.base import (
     Candidates,
     CompactionStore,
@@ -198,6 +199,10 @@ class SqliteObservationStore(ObservationStore):
                 self._w.execute(_TAG_KEYS_BACKFILL)
                 self._w.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('tag_keys', '1')")
                 self._w.execute("COMMIT")
+            t0 = time.perf_counter()
+            if pose_index.ensure(self._w):
+                log.info("pose-history index of %s built from its rows in %.1f s", self.path,
+                         time.perf_counter() - t0)
         self._tag_keys_seen: set[tuple[str, str, bool]] = set()
         self._r = self._connect(timeout_s)
         # Reads through a map of the file, not a copy into SQLite's page cache per read: five
@@ -836,6 +841,14 @@ class SqliteObservationStore(ObservationStore):
         with self._rlock:
             rows = self._r.execute(sql, params + params).fetchall()
         return np.asarray(rows, dtype=np.float64).reshape(-1, 4)[:, :3].copy()
+
+    def pose_excerpt(self, centre: tuple[float, float], radius: float,
+                     t_min: float | None = None, t_max: float | None = None
+                     ) -> pose_index.PoseExcerpt | None:
+        """What visits to a circle need of the pose history in [t_min, t_max], from the
+        pose-history index (see pose_index.py); None when the circle is too big for it."""
+        with self._rlock:
+            return pose_index.excerpt(self._r, centre, radius, t_min, t_max)
 
     def newest_t(self, streams: Sequence[str]) -> float | None:
         """The time of the newest row of `streams`, kept or archived."""
