@@ -10,6 +10,7 @@ duration, and the same gaps. The excerpt holds no approximation, so "the same" i
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 
 import numpy as np
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from memory_node.core.store import pose_index
 from memory_node.core.store.sqlite_store import SqliteObservationStore
-from memory_node.core.types import Observation, Pose
+from memory_node.core.types import Observation, Pose, View, view_covers
 from memory_node.core.visits import find_visits, find_visits_in
 
 
@@ -44,7 +45,13 @@ def _trajectory(seed: int, n: int) -> list[Observation]:
             x += float(rng.normal(0, 0.4))
             y += float(rng.normal(0, 0.4))
         pose = None if rng.random() < 0.05 else Pose(x, y)
-        rows.append(Observation(stream=("odom", "camera", "lidar")[i % 3], t=t, pose=pose))
+        stream = ("odom", "camera", "lidar")[i % 3]
+        view = None
+        if stream == "camera" and pose is not None:  # the camera a little ahead of the pose
+            yaw = float(rng.uniform(-math.pi, math.pi))
+            view = View(x + 0.3 * math.cos(yaw), y + 0.3 * math.sin(yaw), yaw,
+                        float(rng.uniform(0.5, 2.0)), float(rng.uniform(0.5, 5.0)))
+        rows.append(Observation(stream=stream, t=t, pose=pose, view=view))
     return rows
 
 
@@ -145,9 +152,10 @@ def test_the_index_is_a_cache_rebuilt_from_the_rows(tmp_path):
 def test_engine_visits_answer_is_the_exact_scan_s(tmp_path):
     """Through the engine's search: the answer from the index (radius 1.5) equals the answer
     computed from the whole track, and a circle too big for the index takes the whole track."""
-    clock = FakeClock(T0 + 2000)
+    rows = _trajectory(11, 600)
+    clock = FakeClock(max(o.t for o in rows) + 5)  # now: just after the last row
     eng = make_engine(tmp_path / "m", clock, PoseBox(None), visit_gap_s=30)
-    for o in _trajectory(11, 600):
+    for o in rows:
         eng.add_observation(o.stream, o.t, o.pose, {})
     store = eng.store
     for q in ({"near_x": 0.5, "near_y": -0.5, "radius": 1.5},
@@ -164,3 +172,77 @@ def test_engine_visits_answer_is_the_exact_scan_s(tmp_path):
         assert [(v["start"], v["end"]) for v in got["visits"]] == \
             [(round(v.start, 3), round(v.end, 3)) for v in spans][-len(got["visits"]):]
     eng.close()
+
+
+def _brute_newest(store, filt, k):
+    """The newest k kept rows passing the filter, by reading every row."""
+    rows = store.rows()
+    nx, ny = filt.near
+    views = store.views_of([o.id for o in rows]) if filt.seen_near else {}
+
+    def sees(o):
+        v = views.get(o.id)
+        return v is not None and view_covers(v.x, v.y, v.yaw, v.hfov, v.range, nx, ny,
+                                             filt.radius)
+
+    hit = [o for o in rows if (o.pose is not None
+           and (o.pose.x - nx) * (o.pose.x - nx) + (o.pose.y - ny) * (o.pose.y - ny)
+           <= filt.radius * filt.radius or sees(o))
+           and (filt.streams is None or o.stream in filt.streams)
+           and (filt.t_min is None or o.t >= filt.t_min)
+           and (filt.t_max is None or o.t <= filt.t_max)]
+    hit.sort(key=lambda o: (o.t, o.id), reverse=True)
+    return [o.id for o in hit[:k]]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 400),
+       queries=st.lists(st.tuples(st.floats(-6, 6), st.floats(-6, 6), st.floats(0.05, 6),
+                                  st.one_of(st.none(), st.floats(-50, 900)),
+                                  st.one_of(st.none(), st.floats(0, 1000)),
+                                  st.integers(1, 40),
+                                  st.sampled_from([None, ("odom",), ("camera", "lidar")]),
+                                  st.booleans()),
+                        min_size=1, max_size=8))
+def test_newest_rows_in_a_disc_read_through_the_index_equal_every_row_sorted(
+        tmp_path_factory, seed, n, queries):
+    """A place search newest first (`ordered` with `near`, or `seen_near`: rows whose camera
+    view covers the disc too), read back in time through the index's buckets, returns the
+    rows that sorting every row in the disc returns."""
+    from memory_node.core.types import RowFilter
+
+    store = _store(tmp_path_factory.mktemp("near") / "memory.db", _trajectory(seed, n), seed)
+    try:
+        for cx, cy, radius, a, length, k, streams, seen in queries:
+            t_min = None if a is None else T0 + a
+            t_max = None if length is None or t_min is None else t_min + length
+            filt = RowFilter(streams=streams, near=(cx, cy), radius=radius, t_min=t_min,
+                             t_max=t_max, seen_near=seen)
+            got = [o.id for o in store.ordered(filt, "-time", k)]
+            assert got == _brute_newest(store, filt, k)
+    finally:
+        store.close()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 300), cx=st.floats(-6, 6),
+       cy=st.floats(-6, 6), radius=st.floats(0.05, 6), batch=st.integers(1, 5))
+def test_newest_ranges_cover_every_sample_in_the_disc_once(tmp_path_factory, seed, n, cx, cy,
+                                                           radius, batch):
+    """Read a few buckets per cell at a time, the ranges are disjoint, newest first, and every
+    sample in the disc (kept or archived) lies in one of them."""
+    store = _store(tmp_path_factory.mktemp("ranges") / "memory.db", _trajectory(seed, n), seed)
+    try:
+        with store._rlock:
+            ranges = list(pose_index.newest_ranges(store._r, (cx, cy), radius, None, None,
+                                                   batch=batch))
+        for (a0, b0), (_a1, b1) in zip(ranges, ranges[1:], strict=False):
+            assert a0 < b0 and b1 <= a0
+        track = store.pose_track()
+        inside = track[np.hypot(track[:, 1] - cx, track[:, 2] - cy) <= radius]
+        for t in inside[:, 0]:
+            assert sum(a <= t < b for a, b in ranges) == 1
+    finally:
+        store.close()

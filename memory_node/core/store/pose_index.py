@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +34,7 @@ import numpy as np
 CELL_M = 1.0
 BUCKET_S = 4.0
 GAP_MIN_S = 4.0
-VERSION = f"1 cell={CELL_M:g} bucket={BUCKET_S:g} gap={GAP_MIN_S:g}"
+VERSION = f"2 cell={CELL_M:g} bucket={BUCKET_S:g} gap={GAP_MIN_S:g}"
 META_KEY = "pose_index"
 # A circle over more cells than this reads the track by time instead (it covers much of it).
 MAX_CELLS = 1024
@@ -56,7 +57,13 @@ _TABLES = {
     "pose_cells": "CREATE TABLE pose_cells (cx INTEGER NOT NULL, cy INTEGER NOT NULL,"
                   " tb INTEGER NOT NULL, PRIMARY KEY (cx, cy, tb)) WITHOUT ROWID",
     "pose_gaps": "CREATE TABLE pose_gaps (t0 REAL PRIMARY KEY, t1 REAL NOT NULL) WITHOUT ROWID",
+    # How far from its row's pose any camera view reaches (its range plus the camera's offset
+    # from the pose, as |dx| + |dy| >= the distance): a view that covers a point belongs to a
+    # row whose pose is within this of it. 1e300 once a view's row has no pose.
+    "pose_view_reach": "CREATE TABLE pose_view_reach (k INTEGER PRIMARY KEY CHECK (k = 0),"
+                       " reach REAL NOT NULL)",
 }
+_NO_POSE_REACH = 1e300
 
 
 def _row_triggers(table: str, other: str) -> dict[str, str]:
@@ -99,6 +106,12 @@ _TRIGGERS = {
         INSERT OR REPLACE INTO pose_gaps(t0, t1) SELECT NEW.t, t FROM
             ({_AFTER.format(t="NEW.t")}) WHERE t - NEW.t > {GAP_MIN_S!r};
         END""",
+    "pose_views_ins": f"""CREATE TRIGGER pose_views_ins AFTER INSERT ON views BEGIN
+        INSERT INTO pose_view_reach(k, reach) VALUES (0, coalesce(
+            (SELECT NEW.range + abs(NEW.x - o.x) + abs(NEW.y - o.y) FROM observations o
+             WHERE o.id = NEW.id AND o.x IS NOT NULL AND o.y IS NOT NULL), {_NO_POSE_REACH!r}))
+        ON CONFLICT(k) DO UPDATE SET reach = max(reach, excluded.reach);
+        END""",
     # The last sample of a time gone: the gaps on either side of it become one.
     "pose_track_del": f"""CREATE TRIGGER pose_track_del AFTER DELETE ON pose_track
         WHEN NOT EXISTS (SELECT 1 FROM pose_track WHERE t = OLD.t) BEGIN
@@ -117,6 +130,10 @@ _BACKFILL = [
     "INSERT OR IGNORE INTO pose_cells(cx, cy, tb) SELECT DISTINCT "
     + ", ".join(_floor_sql(f"{c} / {v!r}") for c, v in
                 (("x", CELL_M), ("y", CELL_M), ("t", BUCKET_S))) + " FROM pose_track",
+    "INSERT INTO pose_view_reach(k, reach) SELECT 0, max(coalesce(v.range + abs(v.x - o.x)"
+    f" + abs(v.y - o.y), {_NO_POSE_REACH!r})) FROM views v LEFT JOIN (SELECT id, x, y FROM"
+    " observations UNION ALL SELECT id, x, y FROM archive) o ON o.id = v.id"
+    " HAVING count(*) > 0",
     "INSERT INTO pose_gaps(t0, t1) SELECT p, t FROM (SELECT lag(t) OVER (ORDER BY t) AS p, t"
     f" FROM (SELECT DISTINCT t FROM pose_track)) WHERE p IS NOT NULL AND t - p > {GAP_MIN_S!r}",
 ]
@@ -196,25 +213,14 @@ def excerpt(conn: sqlite3.Connection, centre: tuple[float, float], radius: float
             t_min: float | None, t_max: float | None) -> PoseExcerpt | None:
     """The excerpt of the pose history in [t_min, t_max] for visits to the circle; None when
     the circle covers too many cells for the index to help (read the whole track then)."""
-    cx, cy = float(centre[0]), float(centre[1])
-    r = float(radius)
-    if not all(math.isfinite(v) for v in (cx, cy, r)):
-        return None
-    x0, x1 = (math.floor((cx - r - _slack(cx, r)) / CELL_M),
-              math.floor((cx + r + _slack(cx, r)) / CELL_M))
-    y0, y1 = (math.floor((cy - r - _slack(cy, r)) / CELL_M),
-              math.floor((cy + r + _slack(cy, r)) / CELL_M))
-    if (x1 - x0 + 1) * (y1 - y0 + 1) > MAX_CELLS:
+    cells = _cells(centre, radius)
+    if cells is None:
         return None
     where, wparams = _window("t", t_min, t_max)
     conn.execute("BEGIN")  # one snapshot: the buckets, the samples and the gaps agree
     try:
         tb_lo = -(2 ** 62) if t_min is None else math.floor(float(t_min) / BUCKET_S)
         tb_hi = 2 ** 62 if t_max is None else math.floor(float(t_max) / BUCKET_S)
-        # Cells that overlap the circle (not merely its bounding box): the corner cells of a
-        # big circle hold samples that cannot be inside it.
-        cells = [(i, j) for i in range(x0, x1 + 1) for j in range(y0, y1 + 1)
-                 if _cell_near(i, j, cx, cy, r)]
         buckets: list[int] = []
         for i, j in cells:
             buckets += [row[0] for row in conn.execute(
@@ -277,3 +283,65 @@ def _read_ranges(conn: sqlite3.Connection, ranges: list[tuple[float, float]], wh
         " ORDER BY 1, 4")
     rows = conn.execute(sql, [json.dumps(ranges), *wparams, *wparams]).fetchall()
     return np.asarray(rows, dtype=np.float64).reshape(-1, 4)[:, :3].copy()
+
+
+def newest_ranges(conn: sqlite3.Connection, centre: tuple[float, float], radius: float,
+                  t_min: float | None, t_max: float | None, batch: int = 64
+                  ) -> Iterator[tuple[float, float]] | None:
+    """Half-open time ranges [a, b) in which the robot was in a cell the circle overlaps,
+    newest first, disjoint, from the buckets that meet [t_min, t_max]: every posed row
+    inside the circle (kept or archived) lies in one. None when the circle covers too many
+    cells. Reads `batch` buckets per cell at a time, so a caller that stops early (k rows
+    found) reads only the newest."""
+    cells = _cells(centre, radius)
+    if cells is None:
+        return None
+    return _newest_ranges(conn, cells, t_min, t_max, batch)
+
+
+def _newest_ranges(conn: sqlite3.Connection, cells: list[tuple[int, int]],
+                   t_min: float | None, t_max: float | None, batch: int
+                   ) -> Iterator[tuple[float, float]]:
+    tb_lo = -(2 ** 62) if t_min is None else math.floor(float(t_min) / BUCKET_S)
+    below = 2 ** 62 if t_max is None else math.floor(float(t_max) / BUCKET_S)
+    while below >= tb_lo:
+        got: list[int] = []
+        cut = tb_lo  # every cell's buckets from here up are read
+        for i, j in cells:
+            tbs = [r[0] for r in conn.execute(
+                "SELECT tb FROM pose_cells WHERE cx = ? AND cy = ? AND tb BETWEEN ? AND ?"
+                " ORDER BY tb DESC LIMIT ?", (i, j, tb_lo, below, batch))]
+            if len(tbs) == batch:
+                cut = max(cut, tbs[-1])
+            got += tbs
+        if not got:
+            return
+        tb = np.unique(np.asarray([v for v in got if v >= cut], np.int64))[::-1]
+        split = np.nonzero(tb[:-1] - tb[1:] > 1 + MERGE_S / BUCKET_S)[0]
+        tops = np.concatenate([[tb[0]], tb[split + 1]])
+        bottoms = np.concatenate([tb[split], [tb[-1]]])
+        for top, bottom in zip(tops.tolist(), bottoms.tolist(), strict=True):
+            yield bottom * BUCKET_S, (top + 1) * BUCKET_S
+        below = cut - 1
+
+
+def view_reach(conn: sqlite3.Connection) -> float:
+    """How far from its row's pose any stored camera view reaches (0: no view)."""
+    row = conn.execute("SELECT reach FROM pose_view_reach WHERE k = 0").fetchone()
+    return 0.0 if row is None else float(row[0])
+
+
+def _cells(centre: tuple[float, float], radius: float) -> list[tuple[int, int]] | None:
+    """The cells that overlap the circle; None when more than MAX_CELLS would."""
+    cx, cy = float(centre[0]), float(centre[1])
+    r = float(radius)
+    if not all(math.isfinite(v) for v in (cx, cy, r)):
+        return None
+    x0, x1 = (math.floor((cx - r - _slack(cx, r)) / CELL_M),
+              math.floor((cx + r + _slack(cx, r)) / CELL_M))
+    y0, y1 = (math.floor((cy - r - _slack(cy, r)) / CELL_M),
+              math.floor((cy + r + _slack(cy, r)) / CELL_M))
+    if (x1 - x0 + 1) * (y1 - y0 + 1) > MAX_CELLS:
+        return None
+    return [(i, j) for i in range(x0, x1 + 1) for j in range(y0, y1 + 1)
+            if _cell_near(i, j, cx, cy, r)]
