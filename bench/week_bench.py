@@ -352,6 +352,15 @@ def report(res: dict[str, Any]) -> str:
     counts = " · ".join(f"{KIND_TEXT[k]}: " + " / ".join(
         f"{c['m']['queries'][k]['mean_count']:g}" for c in cps) for k in KINDS)
     m = res.get("machine", {})
+    lines += ["", "What each kind's cost follows: combined searches the last hour's rows (a "
+              "binary search in each index's time order, then the disc); semantic-only walks "
+              "the HNSW graph (logarithmic in the rows); visits read the pose-history index's "
+              "excerpt for the circle (the samples in the cells it overlaps, in the window); "
+              "place and seen_near newest first read back in time through the index's buckets "
+              "until k rows are found; newest first reads the (stream, t) index. \"Visits, "
+              "whole history\" answers every visit ever made (count, total_s): its cost "
+              "follows the visits in the answer (the mean count below), which a robot pacing "
+              "the same loop adds every lap; per visit it stays flat."]
     lines += ["", f"Mean answer count per kind (results or visits; {' / '.join(labels)}): "
               f"{counts}.", "",
               f"Measured {res.get('when', '?')} on {m.get('cpus', '?')} CPUs "
@@ -379,10 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the store (printed)")
     p.add_argument("--out", type=Path, default=DEFAULT_RESULTS)
     p.add_argument("--report", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite the report from the last run's week.json")
     p.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.measure is not None:
         print(json.dumps(measure(args.measure, args.queries, args.seed)))
+        return 0
+    if args.report_only:
+        write_marked_section(args.report, "week",
+                             report(json.loads((args.out / "week.json").read_text())))
         return 0
     if args.checkpoints is None:
         hours = sorted({1.0, 25.0, 24.0 * args.days + 1.0} if args.days >= 1 else {1.0})

@@ -74,23 +74,28 @@ def find_visits(track: np.ndarray, centre: tuple[float, float], radius: float, g
     inside = np.hypot(pts[:, 0] - c[0], pts[:, 1] - c[1]) <= radius
     start: float | None = None
     end = 0.0  # meaningful while start is set
-    for i in range(len(t)):
-        linked = i > 0 and t[i] - t[i - 1] <= gap_s
-        if inside[i]:
+    # Only a sample inside, or the first outside after one, changes anything (after an outside
+    # sample no visit is open): the loop visits those, over Python lists (numpy's scalar
+    # indexing costs more than the loop's work).
+    tl, ins = t.tolist(), inside.tolist()
+    steps = np.nonzero(inside | np.concatenate([[False], inside[:-1]]))[0].tolist()
+    for i in steps:
+        linked = i > 0 and tl[i] - tl[i - 1] <= gap_s
+        if ins[i]:
             if start is not None and linked:
-                end = t[i]
+                end = tl[i]
                 continue
             if start is not None:  # a gap inside the circle: the visit ends at its last pose
                 visits.append(VisitSpan(start, end))
-            start = (_crossing(t[i - 1], pts[i - 1], t[i], pts[i], c, radius)
-                     if linked and not inside[i - 1] else float(t[i]))
-            end = float(t[i])
+            start = (_crossing(tl[i - 1], pts[i - 1], tl[i], pts[i], c, radius)
+                     if linked and not ins[i - 1] else tl[i])
+            end = tl[i]
         elif start is not None:
-            end = _crossing(t[i - 1], pts[i - 1], t[i], pts[i], c, radius) if linked else end
+            end = _crossing(tl[i - 1], pts[i - 1], tl[i], pts[i], c, radius) if linked else end
             visits.append(VisitSpan(start, end))
             start = None
     if start is not None:
-        if now is not None and 0 <= now - t[-1] <= gap_s:
+        if now is not None and 0 <= now - tl[-1] <= gap_s:
             end = float(now)
         visits.append(VisitSpan(start, end))
     lo = -math.inf if t_min is None else t_min
