@@ -354,12 +354,17 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"| {KIND_TEXT[kind]} | " + " | ".join(
             f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f}" for x in q)
             + f" | **{r50:.2f}x** | {r99:.2f}x |")
+    per_visit = [c["m"]["queries"]["visits_all"]["p50_ms"]
+                 / max(c["m"]["queries"]["visits_all"]["mean_count"], 1e-9) for c in cps]
+    lines += ["", "Visits over the whole history per visit in the answer (p50 / mean count): "
+              + " / ".join(f"{v:.3f} ms" for v in per_visit) + f" ({' / '.join(labels)})."]
     counts = " · ".join(f"{KIND_TEXT[k]}: " + " / ".join(
         f"{c['m']['queries'][k]['mean_count']:g}" for c in cps) for k in KINDS)
     m = res.get("machine", {})
     lines += ["", "What each kind's cost follows: combined searches the last hour's rows (a "
-              "binary search in each index's time order, then the disc); semantic-only walks "
-              "the HNSW graph (logarithmic in the rows); visits read the pose-history index's "
+              "binary search in each index's time order, then the disc); semantic-only searches "
+              "the model's graph index (HNSW or its inverted file, as its calibration chose; "
+              "exact below 20k rows); visits read the pose-history index's "
               "excerpt for the circle (the samples in the cells it overlaps, in the window); "
               "place and seen_near newest first read back in time through the index's buckets "
               "until k rows are found; newest first reads the (stream, t) index. \"Visits, "
