@@ -59,9 +59,10 @@ from memory_node.core.query import (
     read_save,
     read_search,
 )
+from memory_node.core.store.pose_index import PoseExcerpt
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose, RowFilter
-from memory_node.core.visits import VisitSpan, find_visits, gap_notes
+from memory_node.core.visits import VisitSpan, find_visits, find_visits_in, gap_notes
 
 log = logging.getLogger("memory_node.engine")
 # A full disk is logged at most once per this many seconds, however many requests meet it.
@@ -602,7 +603,8 @@ class MemoryEngine:
         if plan.empty_window:
             return VisitsAnswer(notes=[EMPTY_WINDOW])
         lo, hi = self.visit_track_window(plan)
-        tracks = self._backend.pose_tracks(plan.robots, plan.map_id, lo, hi)
+        tracks = self._backend.pose_excerpts(plan.robots, plan.map_id, plan.near, plan.radius,
+                                             lo, hi, self.config.visit_gap_s)
         spans: list[tuple[VisitSpan, dict[str, Any]]] = []
         notes: list[str] = []
         for robot, track in tracks.items():
@@ -625,23 +627,30 @@ class MemoryEngine:
         hi = None if plan.t_max is None else plan.t_max + gap
         return lo, hi
 
-    def visit_spans(self, plan: SearchPlan, track: np.ndarray
+    def visit_spans(self, plan: SearchPlan, history: np.ndarray | PoseExcerpt
                     ) -> tuple[list[VisitSpan], list[str]]:
-        """One robot's visits in a pose track (see visit_track_window), and notes on where
-        its history is missing."""
+        """One robot's visits in its pose history (see visit_track_window): a whole track or
+        the pose-history index's excerpt for the circle, the same visits either way; and
+        notes on where its history is missing."""
         assert plan.near is not None
         gap = self.config.visit_gap_s
         if self.disk is not None:  # a pose history coarser than the gap threshold
             gap = self.disk.visit_notes(plan.t_min)[1] or gap
+        if isinstance(history, PoseExcerpt):
+            last_t = history.last_t
+        else:
+            last_t = float(history[-1, 0]) if len(history) else None
         t_max = plan.t_max
         if t_max is None and plan.t_min is not None:
-            t_max = max(self.clock(), float(track[-1, 0]) if len(track) else plan.t_min)
+            t_max = max(self.clock(), plan.t_min if last_t is None else last_t)
         # (with a window ending now or later, the track reaches now: see find_visits)
         now = self.clock()
-        spans, gaps = find_visits(track, plan.near, plan.radius, gap, plan.t_min, t_max,
-                                  now=now if t_max is None or t_max >= now else None)
+        args = (plan.near, plan.radius, gap, plan.t_min, t_max,
+                now if t_max is None or t_max >= now else None)
+        spans, gaps = (find_visits_in(history, *args) if isinstance(history, PoseExcerpt)
+                       else find_visits(history, *args))
         notes: list[str] = []
-        if len(track) == 0:
+        if last_t is None:
             notes.append("no pose history in this time window: no odometry or other "
                          "observation with a pose is stored for it, so visits are not known")
         else:

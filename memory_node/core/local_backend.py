@@ -19,6 +19,8 @@ import numpy as np
 from memory_node.core.contract import result_fields
 from memory_node.core.index_manager import IndexManager
 from memory_node.core.planner import Nearest, QueryVectors
+from memory_node.core.store import pose_index
+from memory_node.core.store.pose_index import PoseExcerpt
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, RowFilter
 from memory_node.core.vectors import top_k
@@ -66,6 +68,18 @@ class LocalBackend:
                     t_min: float | None, t_max: float | None) -> dict[str | None, np.ndarray]:
         """The robot's one pose history (robots and map are a fleet's)."""
         return {None: self.store.pose_track(t_min, t_max)}
+
+    def pose_excerpts(self, robots: Collection[str] | None, map_id: str | None,
+                      centre: tuple[float, float], radius: float, t_min: float | None,
+                      t_max: float | None, gap_s: float
+                      ) -> dict[str | None, np.ndarray | PoseExcerpt]:
+        """The pose-history index's excerpt for the circle; the whole track when the index
+        cannot answer (a circle over too many cells, a gap threshold finer than it keeps)."""
+        got = (self.store.pose_excerpt(centre, radius, t_min, t_max)
+               if gap_s >= pose_index.GAP_MIN_S else None)
+        if got is None:
+            return {None: self.store.pose_track(t_min, t_max)}
+        return {None: got}
 
     def tie_key(self, row: Observation) -> int:
         return row.id or 0  # stored rows always have an id

@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from memory_node.core.query import SearchPlan
+from memory_node.core.store.pose_index import PoseExcerpt
 from memory_node.core.types import RowFilter
 
 Row = TypeVar("Row")
@@ -73,6 +74,13 @@ class SearchBackend(Protocol[Row]):
                     t_min: float | None, t_max: float | None) -> dict[str | None, np.ndarray]:
         """(t, x, y) pose history in time order, kept and archived rows, per robot (a robot's
         own store: one track, keyed None; a fleet: each robot with a pose on `map_id`)."""
+
+    def pose_excerpts(self, robots: Collection[str] | None, map_id: str | None,
+                      centre: tuple[float, float], radius: float, t_min: float | None,
+                      t_max: float | None, gap_s: float
+                      ) -> dict[str | None, np.ndarray | PoseExcerpt]:
+        """As `pose_tracks`, for visits to one circle with gaps longer than `gap_s`: a
+        `PoseExcerpt` where a pose-history index answers, else the whole track."""
 
     def tie_key(self, row: Row) -> Hashable:
         """Equal scores break by this, highest first: the robot's own row order."""

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from memory_node.core.store.pose_index import PoseExcerpt
+
 
 @dataclass(frozen=True)
 class VisitSpan:
@@ -72,38 +74,69 @@ def find_visits(track: np.ndarray, centre: tuple[float, float], radius: float, g
     inside = np.hypot(pts[:, 0] - c[0], pts[:, 1] - c[1]) <= radius
     start: float | None = None
     end = 0.0  # meaningful while start is set
-    for i in range(len(t)):
-        linked = i > 0 and t[i] - t[i - 1] <= gap_s
-        if inside[i]:
+    # Only a sample inside, or the first outside after one, changes anything (after an outside
+    # sample no visit is open): the loop visits those, over Python lists (numpy's scalar
+    # indexing costs more than the loop's work).
+    tl, ins = t.tolist(), inside.tolist()
+    steps = np.nonzero(inside | np.concatenate([[False], inside[:-1]]))[0].tolist()
+    for i in steps:
+        linked = i > 0 and tl[i] - tl[i - 1] <= gap_s
+        if ins[i]:
             if start is not None and linked:
-                end = t[i]
+                end = tl[i]
                 continue
             if start is not None:  # a gap inside the circle: the visit ends at its last pose
                 visits.append(VisitSpan(start, end))
-            start = (_crossing(t[i - 1], pts[i - 1], t[i], pts[i], c, radius)
-                     if linked and not inside[i - 1] else float(t[i]))
-            end = float(t[i])
+            start = (_crossing(tl[i - 1], pts[i - 1], tl[i], pts[i], c, radius)
+                     if linked and not ins[i - 1] else tl[i])
+            end = tl[i]
         elif start is not None:
-            end = _crossing(t[i - 1], pts[i - 1], t[i], pts[i], c, radius) if linked else end
+            end = _crossing(tl[i - 1], pts[i - 1], tl[i], pts[i], c, radius) if linked else end
             visits.append(VisitSpan(start, end))
             start = None
     if start is not None:
-        if now is not None and 0 <= now - t[-1] <= gap_s:
+        if now is not None and 0 <= now - tl[-1] <= gap_s:
             end = float(now)
         visits.append(VisitSpan(start, end))
     lo = -math.inf if t_min is None else t_min
     hi = math.inf if t_max is None else t_max
     clipped = [VisitSpan(max(v.start, lo), min(v.end, hi)) for v in visits
                if v.end >= lo and v.start <= hi]
-    # Gaps that reach into the window, with their whole length.
-    if t_min is not None and t[0] > t_min and t[0] - t_min > gap_s:
-        gaps.append((t_min, float(min(t[0], hi))))
-    for i in range(1, len(t)):
-        if t[i] - t[i - 1] > gap_s and t[i] > lo and t[i - 1] < hi:
-            gaps.append((float(t[i - 1]), float(t[i])))
-    if t_max is not None and t[-1] < t_max and t_max - t[-1] > gap_s:
-        gaps.append((float(max(t[-1], lo)), t_max))
-    return clipped, gaps
+    wide = np.nonzero(np.diff(t) > gap_s)[0]
+    pairs = [(float(t[i]), float(t[i + 1])) for i in wide]
+    return clipped, window_gaps(float(t[0]), float(t[-1]), pairs, gap_s, t_min, t_max)
+
+
+def window_gaps(first_t: float, last_t: float, pairs: list[tuple[float, float]], gap_s: float,
+                t_min: float | None, t_max: float | None) -> list[tuple[float, float]]:
+    """The gaps that reach into [t_min, t_max], with their whole length, of a pose history
+    whose first and last samples are at `first_t` and `last_t` and whose consecutive samples
+    further apart than `gap_s` are `pairs` (more may be given: the rest are dropped)."""
+    lo = -math.inf if t_min is None else t_min
+    hi = math.inf if t_max is None else t_max
+    gaps: list[tuple[float, float]] = []
+    if t_min is not None and first_t > t_min and first_t - t_min > gap_s:
+        gaps.append((t_min, float(min(first_t, hi))))
+    gaps += [(a, b) for a, b in pairs if b - a > gap_s and b > lo and a < hi]
+    if t_max is not None and last_t < t_max and t_max - last_t > gap_s:
+        gaps.append((float(max(last_t, lo)), t_max))
+    return gaps
+
+
+def find_visits_in(excerpt: PoseExcerpt, centre: tuple[float, float], radius: float,
+                   gap_s: float, t_min: float | None = None, t_max: float | None = None,
+                   now: float | None = None
+                   ) -> tuple[list[VisitSpan], list[tuple[float, float]]]:
+    """`find_visits` from the pose-history index's excerpt for this circle: the same visits
+    and gaps as from the whole track of the excerpt's window (the samples it leaves out are
+    outside the circle, and its gaps are the track's)."""
+    if gap_s < excerpt.gap_min_s:
+        raise ValueError(f"the excerpt knows gaps longer than {excerpt.gap_min_s:g} s only")
+    if excerpt.first_t is None or excerpt.last_t is None:
+        return find_visits(excerpt.track[:0], centre, radius, gap_s, t_min, t_max, now)
+    visits, _ = find_visits(excerpt.track, centre, radius, gap_s, t_min, t_max, now)
+    return visits, window_gaps(excerpt.first_t, excerpt.last_t, excerpt.gaps, gap_s, t_min,
+                               t_max)
 
 
 def _clock(t: float) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from memory_node.core.contract import result_fields
 from memory_node.core.planner import Nearest, QueryVectors
+from memory_node.core.store.pose_index import PoseExcerpt
 from memory_node.core.types import RowFilter
 from memory_node.fleet.store import FleetHit, FleetStore
 
@@ -79,6 +80,13 @@ class FleetBackend:
             return {}
         who = list(robots) if robots else self.store.pose_robots(map_id, None, t_min, t_max)
         return {r: self.store.pose_track(r, map_id, t_min, t_max) for r in who}
+
+    def pose_excerpts(self, robots: Collection[str] | None, map_id: str | None,
+                      centre: tuple[float, float], radius: float, t_min: float | None,
+                      t_max: float | None, gap_s: float
+                      ) -> dict[str | None, np.ndarray | PoseExcerpt]:
+        """Each robot's whole track (the fleet keeps no pose-history index)."""
+        return dict(self.pose_tracks(robots, map_id, t_min, t_max))
 
     def tie_key(self, row: FleetHit) -> tuple[int, str, str]:
         return (row.local_id, row.robot, row.store_id)

@@ -13,6 +13,7 @@ camera frame covered: a sector, with its bounding box in the R*Tree `view_xy`, f
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.core.store import pose_index
 from memory_node.core.store.base import (
     Candidates,
     CompactionStore,
@@ -208,6 +210,10 @@ class SqliteObservationStore(EvictionStore, ObservationStore):
                 self._w.execute(_TAG_KEYS_BACKFILL)
                 self._w.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('tag_keys', '1')")
                 self._w.execute("COMMIT")
+            t0 = time.perf_counter()
+            if pose_index.ensure(self._w):
+                log.info("pose-history index of %s built from its rows in %.1f s", self.path,
+                         time.perf_counter() - t0)
         self._tag_keys_seen: set[tuple[str, str, bool]] = set()
         self._r = self._connect(timeout_s)
         # Reads through a map of the file, not a copy into SQLite's page cache per read: five
@@ -808,6 +814,11 @@ class SqliteObservationStore(EvictionStore, ObservationStore):
                        f" THEN json_extract(o.tags, '{path}') END)")
             order = f"{numeric} IS NULL, {numeric} {direction}, o.t DESC, o.id DESC"
         cols = ", ".join("o." + c.strip() for c in _COLUMNS.split(","))
+        if (filt.near is not None and key in ("-time", "score") and limit > 0
+                and not filt.include_archived):
+            got = self._newest_near(filt, cols, limit)
+            if got is not None:
+                return got
         if filt.include_archived:
             cols += ", o.archived"
         sql = (f"SELECT {cols} FROM {self._source(filt)} o {join} {where} ORDER BY {order}"
@@ -815,6 +826,49 @@ class SqliteObservationStore(EvictionStore, ObservationStore):
         with self._rlock:
             rows = self._r.execute(sql, params + [int(limit)]).fetchall()
         return [self._row(r) for r in rows]
+
+    def _newest_near(self, filt: RowFilter, cols: str, limit: int
+                     ) -> list[Observation] | None:
+        """The newest `limit` rows in a disc (or, seen_near, whose camera view covers it) and
+        the filter's other conditions, read back in time through the pose-history index's
+        buckets for the cells within reach: the rows of the newest visits, not every row ever
+        stored there sorted by time (what the R*Trees give). None when the index cannot
+        help (the disc and the views' reach cover too many cells)."""
+        assert filt.near is not None
+        nx, ny = filt.near
+        r = filt.radius
+        _join, where, params = self._where(dataclasses.replace(filt, near=None,
+                                                               seen_near=False))
+        rest = f" AND {where.removeprefix('WHERE ')}" if where else ""
+        # The same tests as _where's, row by row: the disc on the row's own x and y, and
+        # (seen_near) its view's box and sector.
+        disc = "((o.x - ?) * (o.x - ?) + (o.y - ?) * (o.y - ?)) <= ?"
+        near_params: list[Any] = [nx, nx, ny, ny, r * r]
+        if filt.seen_near:
+            m = disc_slack(filt.near, r)
+            disc = (f"({disc} OR EXISTS (SELECT 1 FROM views v JOIN view_xy b ON b.id = v.id"
+                    " WHERE v.id = o.id AND b.min_x <= ? AND b.max_x >= ? AND b.min_y <= ? AND"
+                    " b.max_y >= ? AND view_covers(v.x, v.y, v.yaw, v.hfov, v.range, ?, ?, ?)))")
+            near_params += [nx + r + m, nx - r - m, ny + r + m, ny - r - m, nx, ny, r]
+        sql = (f"SELECT {cols} FROM observations o INDEXED BY obs_t WHERE o.t >= ? AND"
+               f" o.t < ? AND {disc}{rest} ORDER BY o.t DESC, o.id DESC LIMIT ?")
+        out: list[tuple] = []
+        with self._rlock:
+            self._r.execute("BEGIN")  # one snapshot: the buckets and the rows agree
+            try:
+                reach = r + (pose_index.view_reach(self._r) if filt.seen_near else 0.0)
+                ranges = pose_index.newest_ranges(self._r, filt.near, reach, filt.t_min,
+                                                  filt.t_max)
+                if ranges is None:
+                    return None
+                for a, b in ranges:
+                    out += self._r.execute(sql, [a, b, *near_params, *params,
+                                                 limit - len(out)]).fetchall()
+                    if len(out) >= limit:
+                        break
+            finally:
+                self._r.execute("COMMIT")
+        return [self._row(row) for row in out]
 
     def archived_vectors(self, ids: Sequence[int]) -> dict[int, tuple[str | None, np.ndarray]]:
         """{id: (model id, vector)} of archived rows that kept their vector."""
@@ -853,6 +907,14 @@ class SqliteObservationStore(EvictionStore, ObservationStore):
         with self._rlock:
             rows = self._r.execute(sql, params + params).fetchall()
         return np.asarray(rows, dtype=np.float64).reshape(-1, 4)[:, :3].copy()
+
+    def pose_excerpt(self, centre: tuple[float, float], radius: float,
+                     t_min: float | None = None, t_max: float | None = None
+                     ) -> pose_index.PoseExcerpt | None:
+        """What visits to a circle need of the pose history in [t_min, t_max], from the
+        pose-history index (see pose_index.py); None when the circle is too big for it."""
+        with self._rlock:
+            return pose_index.excerpt(self._r, centre, radius, t_min, t_max)
 
     def newest_t(self, streams: Sequence[str]) -> float | None:
         """The time of the newest row of `streams`, kept or archived."""

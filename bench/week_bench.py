@@ -1,0 +1,450 @@
+"""A week of a robot's life in one store: every query kind at hour 1, day 1 and day 7.
+
+    python -m bench.week_bench                       # 7 days (the figures in BENCHMARKS.md)
+    python -m bench.week_bench --days 1 --queries 30 # a day, in a few minutes
+
+The store is written through the core ingest the recorder and memory-import use
+(`MemoryEngine.add_camera_frames`, `add_lidar_scan`, `add_observation`, and `save` for the
+robot's notes), at the rows per second the recorder keeps at Go2 rates (BENCHMARKS.md,
+memory-import, 8 h at Go2 rates: camera 1.53, lidar 1.47, odometry 1.58 kept rows per second
+while walking; a standing robot keeps one keyframe per stream per `max_interval`, 10 s).
+A Go2 walks an hour per battery: each day has `--active-hours` patrols of one hour round a
+12 m x 8 m loop at 0.8 m/s, from a dock where it stands (and records) the rest of the day, and
+a note every 15 minutes of patrol. The camera is 64x48 (views of the simulated flat along the
+loop, JPEG-encoded by the ingest), the lidar scans 300 points: the rows, their poses, views
+and vectors are what a full-size camera gives; the blobs are smaller. Descriptions are the
+default OpenCV describer's, embedded by MiniLM; a text already embedded is not embedded again
+(the vector is the same), so the week builds in minutes. No disk budget (issue 37's budget is
+another change): the store keeps every row.
+
+At each checkpoint the writing engine closes (writing its index cache, as a node does on
+shutdown) and a fresh process opens the store and times its start-up, its memory and every
+query kind on it: the same questions at every age, so the columns compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import (
+    DEFAULT_RESULTS,
+    REPO_ROOT,
+    dir_size_mb,
+    machine_info,
+    percentiles,
+    rss_mb,
+    write_json,
+    write_marked_section,
+)
+
+T0 = 1_764_489_600.0  # 2025-11-30 08:00 UTC: the first patrol starts the store
+KEPT_PER_S = {"camera": 1.53, "lidar": 1.47, "odom": 1.58}  # walking, Go2 rates
+MAX_INTERVAL_S = 10.0  # standing: one keyframe per stream this often
+PATROL_STARTS_H = (0.0, 3.0, 6.0, 9.0, 12.0, 1.5, 4.5, 7.5)  # hours after 08:00, by count
+SPEED = 0.8
+LOOP = (6.0, 4.0)  # the ellipse's half axes (m)
+DOCK_ANGLE = math.pi
+NOTE_EVERY_S = 900.0
+CAMERA_BATCH = 4
+WORDS = ["a bright room", "someone at the door", "red chair", "dark corridor", "window",
+         "the kitchen counter", "a plant by the sofa"]
+NOTES = ["battery at {p}%: patrol continues", "door to the hall was open", "checked the "
+         "kitchen, nothing on the floor", "person walked past the sofa", "charging dock clear"]
+WARM_UP = len(WORDS)  # queries per kind before the timed ones: every text once
+KINDS = ("combined", "semantic_only", "visits_hour", "visits_all", "place", "seen_near",
+         "newest")
+KIND_TEXT = {
+    "combined": "semantic + place + last hour (camera)",
+    "semantic_only": "semantic only",
+    "visits_hour": "visits, last hour",
+    "visits_all": "visits, whole history",
+    "place": "place (near), newest first",
+    "seen_near": "seen_near (camera)",
+    "newest": "time-ordered, newest first (camera)",
+}
+
+
+class MemoEmbedder:
+    """The text model, embedding each distinct text once (the vectors are the model's)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.memo: dict[str, np.ndarray] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        new = sorted({t for t in texts if t not in self.memo})
+        if new:
+            for t, v in zip(new, np.asarray(self.inner.embed_texts(new), np.float32),
+                            strict=True):
+                self.memo[t] = v
+        return np.stack([self.memo[t] for t in texts])
+
+
+def loop_pose(angle: float) -> tuple[float, float, float]:
+    x, y = LOOP[0] * math.cos(angle), LOOP[1] * math.sin(angle)
+    dx, dy = -LOOP[0] * math.sin(angle), LOOP[1] * math.cos(angle)
+    return x, y, math.atan2(dy, dx)
+
+
+def _angular_speed(angle: float) -> float:
+    """d(angle)/dt for SPEED along the ellipse."""
+    return SPEED / math.hypot(LOOP[0] * math.sin(angle), LOOP[1] * math.cos(angle))
+
+
+def patrols(days: float, active_hours: int) -> list[tuple[float, float]]:
+    """(start, end) of each patrol: `active_hours` one-hour patrols a day."""
+    out = []
+    for d in range(math.ceil(days)):
+        for h in sorted(PATROL_STARTS_H[:active_hours]):
+            a = T0 + d * 86400.0 + h * 3600.0
+            if a < T0 + days * 86400.0:
+                out.append((a, min(a + 3600.0, T0 + days * 86400.0)))
+    return out
+
+
+def events(days: float, active_hours: int, seed: int) -> list[tuple[float, str, tuple]]:
+    """(t, stream, (x, y, yaw)) of every kept row, in time order."""
+    rng = np.random.default_rng(seed)
+    end = T0 + days * 86400.0
+    walks = patrols(days, active_hours)
+    out: list[tuple[float, str, tuple]] = []
+    # The angle along the loop through each patrol, integrated at 0.1 s.
+    track_t: list[np.ndarray] = []
+    track_a: list[np.ndarray] = []
+    for a, b in walks:
+        ts = np.arange(a, b, 0.1)
+        ang = np.empty(len(ts))
+        cur = DOCK_ANGLE
+        for i in range(len(ts)):
+            ang[i] = cur
+            cur += _angular_speed(cur) * 0.1
+        track_t.append(ts)
+        track_a.append(ang)
+    dock = loop_pose(DOCK_ANGLE)
+    for stream, rate in KEPT_PER_S.items():
+        t = T0 + float(rng.uniform(0, 1.0))
+        wi = 0
+        while t < end:
+            while wi < len(walks) and walks[wi][1] <= t:
+                wi += 1
+            walking = wi < len(walks) and walks[wi][0] <= t < walks[wi][1]
+            if walking:
+                ts, ang = track_t[wi], track_a[wi]
+                j = min(int((t - walks[wi][0]) / 0.1), len(ang) - 1)
+                pose = loop_pose(float(ang[j]))
+                step = float(rng.exponential(1.0 / rate)) * 0.5 + 0.5 / rate
+            else:
+                noise = rng.normal(0, 0.003, 2)
+                pose = (dock[0] + float(noise[0]), dock[1] + float(noise[1]), dock[2])
+                step = MAX_INTERVAL_S
+                nxt = walks[wi][0] if wi < len(walks) else end
+                if t + step > nxt:  # the next patrol starts: keyframes resume at once
+                    step = max(nxt - t, 0.05)
+            out.append((t, stream, pose))
+            t += step
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def build(memory: Path, days: float, active_hours: int, checkpoints_h: list[float],
+          seed: int, on_checkpoint: Any) -> dict[str, Any]:
+    """Write the store through the engine, calling `on_checkpoint(hours)` at each one."""
+    from bench.import_bench import _flat_views
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.embedders.minilm import MiniLMEmbedder
+    from memory_node.core.engine import CameraFrame, MemoryEngine
+    from memory_node.core.types import Pose, View
+
+    views = _flat_views(48, 64, 48)
+    evs = events(days, active_hours, seed)
+    rng = np.random.default_rng(seed + 1)
+    world = (rng.random((300, 3)) * [8.0, 8.0, 1.5] - [4.0, 4.0, 0.0]).astype(np.float32)
+    text = MemoEmbedder(MiniLMEmbedder(onnx_threads=1))
+    cfg = MemoryConfig.from_mapping({"memory_dir": str(memory)})
+    counts = dict.fromkeys(("camera", "lidar", "odom", "notes"), 0)
+    state = {"now": T0, "pose": None}
+    write_s = 0.0
+
+    def open_engine() -> Any:
+        return MemoryEngine(cfg, clock=lambda: state["now"], pose_provider=lambda: state["pose"],
+                            text_embedder=text)
+
+    engine = open_engine()
+    pending: list[Any] = []
+    next_note = T0 + NOTE_EVERY_S
+    walks = patrols(days, active_hours)
+    marks = sorted(h for h in checkpoints_h if h * 3600.0 <= days * 86400.0 + 1e-6)
+    mi = 0
+    t_start = time.perf_counter()
+
+    def flush() -> None:
+        if pending:
+            engine.add_camera_frames(pending)
+            counts["camera"] += len(pending)
+            pending.clear()
+
+    for t, stream, (x, y, yaw) in evs:
+        while mi < len(marks) and t >= T0 + marks[mi] * 3600.0:
+            flush()
+            write_s += time.perf_counter() - t_start
+            engine.close()
+            on_checkpoint(marks[mi], dict(counts), round(write_s, 1))
+            engine = open_engine()
+            t_start = time.perf_counter()
+            mi += 1
+        pose = Pose(x, y, yaw=yaw, frame="map", source="tf")
+        state["now"], state["pose"] = t, pose
+        if stream == "camera":
+            angle = math.atan2(y / LOOP[1], x / LOOP[0]) % (2 * math.pi)
+            img = views[int(angle / (2 * math.pi) * len(views)) % len(views)]
+            pending.append(CameraFrame(t, pose, img, view=View(x, y, yaw, 1.57, 4.0)))
+            if len(pending) >= CAMERA_BATCH:
+                flush()
+        elif stream == "lidar":
+            engine.add_lidar_scan(t, pose, world + [x, y, 0.0])
+            counts["lidar"] += 1
+        else:
+            engine.add_observation("odom", t, pose, {"speed": SPEED})
+            counts["odom"] += 1
+        if t >= next_note and any(a <= t < b for a, b in walks):
+            note = NOTES[counts["notes"] % len(NOTES)].format(p=90 - counts["notes"] % 60)
+            engine.save(json.dumps({"text": note}))
+            counts["notes"] += 1
+            next_note = t + NOTE_EVERY_S
+    flush()
+    write_s += time.perf_counter() - t_start
+    engine.close()
+    while mi < len(marks):
+        on_checkpoint(marks[mi], dict(counts), round(write_s, 1))
+        mi += 1
+    return {"rows": counts, "write_s": round(write_s, 1), "events": len(evs),
+            "distinct_texts_embedded": len(text.memo)}
+
+
+# ---- measuring one checkpoint (a fresh process) ---------------------------------------------
+def _queries(rng: np.random.Generator, kind: str, i: int) -> dict[str, Any]:
+    x, y, _ = loop_pose(float(rng.uniform(0, 2 * math.pi)))
+    near = {"near_x": round(x + float(rng.normal(0, 0.3)), 3),
+            "near_y": round(y + float(rng.normal(0, 0.3)), 3)}
+    word = WORDS[i % len(WORDS)]
+    return {
+        "combined": {"stream": "camera", "semantic_query": word, **near, "radius": 2.0,
+                     "after_seconds_ago": 3600, "k": 5},
+        "semantic_only": {"semantic_query": word, "k": 5},
+        "visits_hour": {"visits": True, **near, "radius": 1.5, "after_seconds_ago": 3600},
+        "visits_all": {"visits": True, **near, "radius": 1.5},
+        "place": {**near, "radius": 2.0, "k": 5},
+        "seen_near": {"stream": "camera", **near, "radius": 1.0, "seen_near": True, "k": 5},
+        "newest": {"stream": "camera", "order_by": "-time", "k": 5},
+    }[kind]
+
+
+def measure(memory: Path, n: int, seed: int) -> dict[str, Any]:
+    """Open the store as a node does (timed), then every query kind `n` times."""
+    from memory_node.core.config import MemoryConfig
+    from memory_node.core.engine import MemoryEngine
+
+    rss0 = rss_mb()
+    t0 = time.perf_counter()
+    engine = MemoryEngine(MemoryConfig.from_mapping({"memory_dir": str(memory)}))
+    open_s = time.perf_counter() - t0
+    last = engine.store.newest_t(["camera", "lidar", "odom"]) or T0
+    engine.clock = lambda: last
+    t1 = time.perf_counter()
+    first = engine.ask_search(json.dumps({"semantic_query": WORDS[0], "k": 5})).model_dump()
+    first_s = time.perf_counter() - t1
+    rss_open = rss_mb()
+    engine.indexes.wait_for_cached_graphs(120)
+    engine.indexes.wait_for_graphs(600)
+    rng = np.random.default_rng(seed)
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        times, ok, counts, notes = [], 0, [], set()
+        for i in range(n + WARM_UP):
+            q = json.dumps(_queries(rng, kind, i))
+            ts = time.perf_counter()
+            answer = engine.ask_search(q).model_dump()
+            ms = (time.perf_counter() - ts) * 1000
+            if i < WARM_UP:  # each query text embedded once (an agent repeats its questions)
+                continue
+            times.append(ms)
+            ok += bool(answer.get("ok"))
+            counts.append(answer.get("count") or 0)
+            notes.update(str(x)[:160] for x in answer.get("notes") or [])
+        p = percentiles(times)
+        out[kind] = {"p50_ms": round(p["p50"], 3), "p99_ms": round(p["p99"], 3), "ok": ok,
+                     "n": n, "mean_count": round(float(np.mean(counts)), 1),
+                     "notes": sorted(notes)[:4]}
+    rows = engine.store.count()
+    graphs = engine.indexes.graph_info()
+    engine.close()
+    return {"graphs": graphs, "open_s": round(open_s, 3), "first_answer_s": round(first_s, 3),
+            "first_ok": bool(first.get("ok")), "rss_before_open_mb": round(rss0, 1),
+            "rss_open_mb": round(rss_open, 1), "rss_after_queries_mb": round(rss_mb(), 1),
+            "rows": rows, "queries": out}
+
+
+def _measure_in_child(memory: Path, n: int, seed: int) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "bench.week_bench", "--measure", str(memory),
+                           "--queries", str(n), "--seed", str(seed)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _label(hours: float) -> str:
+    if hours < 24:
+        return f"hour {hours:g}"
+    return f"day {math.floor(hours / 24):g}"
+
+
+def report(res: dict[str, Any]) -> str:
+    cps = res["checkpoints"]
+    first, last = cps[0], cps[-1]
+    labels = [_label(c["hours"]) for c in cps]
+    lines = ["## A week: query costs against the store's age (issue 37)", "",
+             f"Command: `{res['command']}`. One store written through the "
+             "core ingest (`add_camera_frames`, `add_lidar_scan`, `add_observation`, `save`) at "
+             "the rows a Go2's recorder keeps: walking, camera 1.53, lidar 1.47, odometry "
+             "1.58 rows/s (memory-import's 8 h at Go2 rates); docked, one keyframe per stream "
+             f"every {MAX_INTERVAL_S:g} s; {res['active_hours']} one-hour patrols a day round a "
+             "12 m x 8 m loop at 0.8 m/s, a note every 15 min of patrol. Camera 64x48 JPEG "
+             "(views of the simulated flat), lidar 300 points: the rows, poses, views and "
+             "vectors of a full-size camera, smaller blobs. No disk budget (not on this "
+             "branch): every row is kept. At each age a fresh process opens the store (its "
+             "index cache written by the writer's close) and asks each kind "
+             f"{res['queries']} times (after {res.get('warm_up', 3)} warm-up queries: each "
+             "query text embedded once), points on the loop. The ages "
+             "(hours " + ", ".join(f"{h:g}" for h in res["hours"]) + ") end with the first "
+             "hour of a day's patrols, so \"the last hour\" is a patrol hour at each.", "",
+             "| | " + " | ".join(labels) + " |", "|---|" + "---|" * len(cps)]
+
+    def row(name: str, fmt: Any) -> None:
+        lines.append(f"| {name} | " + " | ".join(fmt(c) for c in cps) + " |")
+
+    row("rows (camera / lidar / odom / notes)",
+        lambda c: " / ".join(str(c["written"][k]) for k in ("camera", "lidar", "odom", "notes")))
+    row("store MB (memory.db MB)", lambda c: f"{c['store_mb']:.0f} ({c['db_mb']:.0f})")
+    row("start-up s (engine open / first answer)",
+        lambda c: f"{c['m']['open_s']:.2f} / {c['m']['first_answer_s']:.2f}")
+    row("RSS MB (open / after queries)",
+        lambda c: f"{c['m']['rss_open_mb']:.0f} / {c['m']['rss_after_queries_mb']:.0f}")
+    lines += ["", "| query kind | " + " | ".join(f"{lb} p50 / p99 ms" for lb in labels)
+              + f" | {_label(last['hours'])} / {_label(first['hours'])} p50 | p99 |",
+              "|---|" + "---|" * (len(cps) + 2)]
+    for kind in KINDS:
+        q = [c["m"]["queries"][kind] for c in cps]
+        r50 = q[-1]["p50_ms"] / max(q[0]["p50_ms"], 1e-9)
+        r99 = q[-1]["p99_ms"] / max(q[0]["p99_ms"], 1e-9)
+        lines.append(f"| {KIND_TEXT[kind]} | " + " | ".join(
+            f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f}" for x in q)
+            + f" | **{r50:.2f}x** | {r99:.2f}x |")
+    per_visit = [c["m"]["queries"]["visits_all"]["p50_ms"]
+                 / max(c["m"]["queries"]["visits_all"]["mean_count"], 1e-9) for c in cps]
+    lines += ["", "Visits over the whole history per visit in the answer (p50 / mean count): "
+              + " / ".join(f"{v:.3f} ms" for v in per_visit) + f" ({' / '.join(labels)})."]
+    counts = " · ".join(f"{KIND_TEXT[k]}: " + " / ".join(
+        f"{c['m']['queries'][k]['mean_count']:g}" for c in cps) for k in KINDS)
+    m = res.get("machine", {})
+    lines += ["", "What each kind's cost follows: combined searches the last hour's rows (a "
+              "binary search in each index's time order, then the disc); semantic-only searches "
+              "the model's graph index (HNSW or its inverted file, as its calibration chose; "
+              "exact below 20k rows); visits read the pose-history index's "
+              "excerpt for the circle (the samples in the cells it overlaps, in the window); "
+              "place and seen_near newest first read back in time through the index's buckets "
+              "until k rows are found; newest first reads the (stream, t) index. \"Visits, "
+              "whole history\" answers every visit ever made (count, total_s): its cost "
+              "follows the visits in the answer (the mean count below), which a robot pacing "
+              "the same loop adds every lap; per visit it stays flat."]
+    lines += ["", f"Mean answer count per kind (results or visits; {' / '.join(labels)}): "
+              f"{counts}.", "",
+              f"Measured {res.get('when', '?')} on {m.get('cpus', '?')} CPUs "
+              f"({m.get('cpu', '?')}), load average {m.get('loadavg', '?')} (a shared "
+              f"machine); writing the store took {res['build']['write_s']:.0f} s for "
+              f"{res['build']['events']} kept sensor rows "
+              f"({res['build']['distinct_texts_embedded']} distinct texts embedded)."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.week_bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--days", type=int, default=7,
+                   help="the oldest age measured (days; default ages: hour 1, day 1, day D)")
+    p.add_argument("--active-hours", type=int, default=4, choices=range(0, 9),
+                   help="one-hour patrols a day (the rest docked)")
+    p.add_argument("--checkpoints", default=None,
+                   help="ages (hours) to measure at, the store as long as the last (default: "
+                   "1, 25 and 24 D + 1: each age ends with the morning's first patrol, so the "
+                   "last hour is a patrol hour at every age)")
+    p.add_argument("--queries", type=int, default=60, help="queries per kind and age")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--work", type=Path, default=None, help="scratch directory (default: temp)")
+    p.add_argument("--keep", action="store_true", help="keep the store (printed)")
+    p.add_argument("--out", type=Path, default=DEFAULT_RESULTS)
+    p.add_argument("--report", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite the report from the last run's week.json")
+    p.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.measure is not None:
+        print(json.dumps(measure(args.measure, args.queries, args.seed)))
+        return 0
+    if args.report_only:
+        write_marked_section(args.report, "week",
+                             report(json.loads((args.out / "week.json").read_text())))
+        return 0
+    if args.checkpoints is None:
+        hours = sorted({1.0, 25.0, 24.0 * args.days + 1.0} if args.days >= 1 else {1.0})
+    else:
+        hours = sorted({float(h) for h in args.checkpoints.split(",") if h.strip()})
+    days = hours[-1] / 24.0
+    work = Path(tempfile.mkdtemp(prefix="week_", dir=args.work))
+    memory = work / "memory"
+    checkpoints: list[dict[str, Any]] = []
+
+    def on_checkpoint(h: float, written: dict[str, int], write_s: float) -> None:
+        m = _measure_in_child(memory, args.queries, args.seed)
+        cp = {"hours": h, "written": written, "write_s": write_s,
+              "store_mb": round(dir_size_mb(memory), 1),
+              "db_mb": round((memory / "memory.db").stat().st_size / 1e6, 1), "m": m}
+        checkpoints.append(cp)
+        print(f"{_label(h)}: {m['rows']} rows, open {m['open_s']} s, " + ", ".join(
+            f"{k} {v['p50_ms']}/{v['p99_ms']} ms" for k, v in m["queries"].items()),
+            flush=True)
+
+    try:
+        built = build(memory, days, args.active_hours, hours, args.seed, on_checkpoint)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"store kept at {memory}")
+    res = {"days": args.days, "hours": hours, "active_hours": args.active_hours,
+           "queries": args.queries, "warm_up": WARM_UP,
+           "build": built, "checkpoints": checkpoints, "machine": machine_info(),
+           "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "command": "python -m bench.week_bench " + " ".join(argv if argv is not None
+                                                               else sys.argv[1:])}
+    write_json(args.out / "week.json", res)
+    write_marked_section(args.report, "week", report(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
