@@ -3,7 +3,7 @@
 #
 #   make setup   create/update .venv (pinned deps, package installed editable, types generated)
 #   make test    setup, then pytest over test/ (ROS-isolated: see test/conftest.py)
-#   make test-fast  core and agent tests without the ros/e2e/fleet/slow ones (markers)
+#   make test-fast  core, wire and agent tests without the ros/e2e/fleet/slow ones (markers)
 #   make demo    setup, then the demo
 #   make lint    the checks (same as make check)
 #   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]) and
@@ -61,8 +61,8 @@ JAZZY_IMPORT_CHECK := cd /tmp && $(JAZZY_PY) -c 'import importlib.metadata as m,
 JAZZY_SETUP_INPUTS := $(sort requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/dev.txt \
 	requirements/nodeps.txt $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml package.xml $(wildcard srv/*.srv) \
 	$(shell find interfaces -type f 2>/dev/null))
-# Every test that talks ROS or runs the nodes.
-JAZZY_TESTS ?= test/ros test/e2e test/test_interfaces.py test/test_help.py \
+# Every test that talks ROS, reads its wire formats or runs the nodes.
+JAZZY_TESTS ?= test/wire test/ros test/e2e test/test_interfaces.py test/test_help.py \
 	test/agent/test_ros_client.py
 
 # A robot with ROS 2 from apt: numpy 1 and the apt pins (requirements/apt*.txt).
