@@ -6,8 +6,9 @@
 #   make test-fast  core, wire and agent tests without the ros/e2e/fleet/slow ones (markers)
 #   make demo    setup, then the demo
 #   make lint    the checks (same as make check)
-#   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]) and
-#                vermin (the shipped code runs on Python 3.10)
+#   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]),
+#                vermin (the shipped code runs on Python 3.10) and lint-imports (the layer
+#                contract, [tool.importlinter]: imports point down, no rclpy in core or wire)
 #   make bench   the benchmark suite
 #   make clean   remove build output and generated types (keeps .venv)
 #   make setup-jazzy  create/update .venv-jazzy: ROS 2 Jazzy wheels, the package installed
@@ -228,6 +229,7 @@ check: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/vermin -q -t=3.10- --no-tips --eval-annotations --backport typing_extensions \
 	  --violations memory_node launch tools setup.py
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(PY) -m bench
