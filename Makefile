@@ -125,7 +125,7 @@ test: setup
 .PHONY: test-fast
 test-fast: setup
 	$(PY) -m pytest -m "not ros and not e2e and not fleet and not slow" $(PYTEST_ARGS) \
-	  test/core test/agent
+	  test/core test/wire test/agent
 
 test-install: setup
 	$(PY) -m pytest -m robot_install $(PYTEST_ARGS) test/test_robot_install.py
