@@ -121,7 +121,7 @@ _setup:
 test: setup
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The quick loop: pure core and agent tests, no ROS nodes, PostgreSQL or minute-long runs.
+# The quick loop: pure core, wire and agent tests, no ROS nodes, PostgreSQL or minute-long runs.
 .PHONY: test-fast
 test-fast: setup
 	$(PY) -m pytest -m "not ros and not e2e and not fleet and not slow" $(PYTEST_ARGS) \
