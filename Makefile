@@ -3,11 +3,12 @@
 #
 #   make setup   create/update .venv (pinned deps, package installed editable, types generated)
 #   make test    setup, then pytest over test/ (ROS-isolated: see test/conftest.py)
-#   make test-fast  core and agent tests without the ros/e2e/fleet/slow ones (markers)
+#   make test-fast  core, wire and agent tests without the ros/e2e/fleet/slow ones (markers)
 #   make demo    setup, then the demo
 #   make lint    the checks (same as make check)
-#   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]) and
-#                vermin (the shipped code runs on Python 3.10)
+#   make check   ruff (pyproject.toml [tool.ruff]), mypy over memory_node/ ([tool.mypy]),
+#                vermin (the shipped code runs on Python 3.10) and lint-imports (the layer
+#                contract, [tool.importlinter]: imports point down, no rclpy in core or wire)
 #   make bench   the benchmark suite
 #   make clean   remove build output and generated types (keeps .venv)
 #   make setup-jazzy  create/update .venv-jazzy: ROS 2 Jazzy wheels, the package installed
@@ -61,8 +62,8 @@ JAZZY_IMPORT_CHECK := cd /tmp && $(JAZZY_PY) -c 'import importlib.metadata as m,
 JAZZY_SETUP_INPUTS := $(sort requirements/jazzy.txt $(JAZZY_CONSTRAINTS) requirements/dev.txt \
 	requirements/nodeps.txt $(wildcard test/wheels/*.whl) setup.py setup.cfg pyproject.toml package.xml $(wildcard srv/*.srv) \
 	$(shell find interfaces -type f 2>/dev/null))
-# Every test that talks ROS or runs the nodes.
-JAZZY_TESTS ?= test/ros test/e2e test/test_interfaces.py test/test_help.py \
+# Every test that talks ROS, reads its wire formats or runs the nodes.
+JAZZY_TESTS ?= test/wire test/ros test/e2e test/test_interfaces.py test/test_help.py \
 	test/agent/test_ros_client.py
 
 # A robot with ROS 2 from apt: numpy 1 and the apt pins (requirements/apt*.txt).
@@ -120,11 +121,11 @@ _setup:
 test: setup
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The quick loop: pure core and agent tests, no ROS nodes, PostgreSQL or minute-long runs.
+# The quick loop: pure core, wire and agent tests, no ROS nodes, PostgreSQL or minute-long runs.
 .PHONY: test-fast
 test-fast: setup
 	$(PY) -m pytest -m "not ros and not e2e and not fleet and not slow" $(PYTEST_ARGS) \
-	  test/core test/agent
+	  test/core test/wire test/agent
 
 test-install: setup
 	$(PY) -m pytest -m robot_install $(PYTEST_ARGS) test/test_robot_install.py
@@ -228,6 +229,7 @@ check: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/vermin -q -t=3.10- --no-tips --eval-annotations --backport typing_extensions \
 	  --violations memory_node launch tools setup.py
+	$(VENV)/bin/lint-imports
 
 bench: setup
 	$(PY) -m bench

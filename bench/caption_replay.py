@@ -50,7 +50,7 @@ class _StandIn(ChatEndpoint):
 
 def _run(describer: str, sample: Any, rate: float, scratch: Path, domain: int,
          latency_s: float, max_per_min: float, drain_s: float) -> dict[str, Any]:
-    from memory_node.demo import NodeProcess, isolated_env
+    from memory_node.session import NodeProcess, isolated_env
 
     env = isolated_env(domain)
     standin = _StandIn(latency_s)
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the runs, in order (comma-separated)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "caption_replay.json")
     args = parser.parse_args(argv)
-    from memory_node.demo import load_sample
+    from memory_node.session import load_sample
 
     sample = load_sample(CACHE_DIR / f"go2_bag_{int(args.duration)}", seed=7,
                          duration_s=args.duration)

@@ -275,7 +275,7 @@ def _profile_table(text: str) -> str:
 
 
 def bench_sample(work: Path) -> dict[str, Any]:
-    from memory_node.demo import load_sample
+    from memory_node.session import load_sample
 
     sample = load_sample(work / "sample", seed=7)
     result = _median_of(RUNS, lambda i: run_import([sample.bag], work / f"memory{i}", None)[0])

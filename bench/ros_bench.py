@@ -159,7 +159,7 @@ def section_ros_ingest(rates: list[float], duration_s: float, scratch_root: Path
     import psutil
 
     from bench.common import CACHE_DIR
-    from memory_node.demo import NodeProcess, isolated_env, load_sample
+    from memory_node.session import NodeProcess, isolated_env, load_sample
 
     sample = load_sample(CACHE_DIR / f"go2_bag_{int(duration_s)}", seed=7,
                          duration_s=duration_s)

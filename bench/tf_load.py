@@ -246,7 +246,7 @@ class RobotPublisher:
         if msg is None:
             import numpy as np
 
-            from memory_node.ros.image_codec import bgr_to_image_msg
+            from memory_node.wire.image_codec import bgr_to_image_msg
 
             w, h = self.camera_size
             rng = np.random.default_rng(0)
@@ -260,7 +260,7 @@ class RobotPublisher:
         if msg is None:
             import numpy as np
 
-            from memory_node.ros.pointcloud import make_cloud
+            from memory_node.wire.pointcloud import make_cloud
 
             pts = np.random.default_rng(1).uniform(-8, 8, (self.lidar_points, 3))
             msg = self._msgs["lidar"] = make_cloud(pts.astype(np.float32), "lidar", t)
@@ -321,7 +321,7 @@ class RobotPublisher:
 
 
 def _stamp(t: float) -> Any:
-    from memory_node.ros.geometry import seconds_to_stamp
+    from memory_node.wire.geometry import seconds_to_stamp
 
     return seconds_to_stamp(t)
 

@@ -272,7 +272,7 @@ def record(sample: Any, memory_dir: Path, out_dir: Path, rate: float,
     import shutil
 
     from memory_node.agent.ros_client import RosClient
-    from memory_node.demo import Session, isolated_env, wait_until_settled
+    from memory_node.session import Session, isolated_env, wait_until_settled
 
     shutil.rmtree(memory_dir, ignore_errors=True)
     env = isolated_env()
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     from memory_node.agent.skills import get_skills
     from memory_node.core.config import MemoryConfig
     from memory_node.core.engine import MemoryEngine
-    from memory_node.demo import load_sample
+    from memory_node.session import load_sample
 
     sample_dir = args.sample or args.out / "sample"
     sample = load_sample(sample_dir, args.seed)

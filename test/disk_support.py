@@ -226,7 +226,7 @@ def scenario_recording(work: Path, bag: str, size: str, rate: float) -> dict[str
     from std_msgs.msg import String
 
     from memory_node.agent.ros_client import RosClient
-    from memory_node.demo import NodeProcess, Session, isolated_env, wait_until_settled
+    from memory_node.session import NodeProcess, Session, isolated_env, wait_until_settled
 
     fs = work / "fs"
     mount(fs, size)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memory_node.demo import Session
+from memory_node.session import Session
 
 POSE_TOL_M = 0.15
 ODOM_TOL_M = 0.5

@@ -236,7 +236,7 @@ def test_yuv422_encoder_for_opencv_without_one():
     import cv2
     import numpy as np
 
-    from memory_node.ros.image_codec import bgr_to_yuv422
+    from memory_node.wire.image_codec import bgr_to_yuv422
 
     rng = np.random.default_rng(7)
     noisy = rng.integers(0, 256, (8, 16, 3), dtype=np.uint8)

@@ -9,7 +9,8 @@ import pytest
 
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose
-from memory_node.demo import MapView, Sample, draw_map, scale_bar_m, tick_step, ticks
+from memory_node.demo import MapView, draw_map, scale_bar_m, tick_step, ticks
+from memory_node.session import Sample
 
 
 @pytest.mark.parametrize(("lo", "hi", "most", "want"), [

@@ -28,6 +28,7 @@ def test_fast_selection_leaves_out_ros_fleet_e2e_and_slow_tests():
                                                  "test/bench/"))}
     assert "test/agent/test_ros_client.py" not in fast  # starts the query server itself
     assert "test/core/test_engine.py" in fast and "test/agent/test_skills.py" in fast
+    assert "test/wire/test_tf_buffer.py" in fast  # the wire codecs start no node
     slow = _collected("-m", "slow", "test")
     assert {"test/e2e/test_soak.py", "test/bench/test_bench_smoke.py",
             "test/test_robot_install.py", "test/e2e/test_import_e2e.py"} <= slow

@@ -189,7 +189,7 @@ class ChatClient:
         """A caption from a vision model: the image goes as a JPEG data URL in a user message."""
         import cv2
 
-        from memory_node.core.embedders.base import as_bgr_uint8
+        from memory_node.core.pixels import as_bgr_uint8
 
         img = as_bgr_uint8(image_bgr)
         h, w = img.shape[:2]

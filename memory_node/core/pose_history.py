@@ -19,16 +19,16 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from memory_node.core.recording import TimeJumpDetector
-from memory_node.core.types import Pose, normalize_angle
-from memory_node.ros.geometry import stamp_to_seconds, yaw_from_quaternion
-from memory_node.ros.tf_buffer import (
+from memory_node.core.types import Pose
+from memory_node.wire.geometry import normalize_angle, stamp_to_seconds, yaw_from_quaternion
+from memory_node.wire.tf_buffer import (
     ExtrapolationError,
     Transform,
     TransformBuffer,
     TransformError,
 )
-from memory_node.ros.tf_wire import TfEdgeFilter, TfWireError, WireTransform, parse_tf_message
+from memory_node.wire.tf_wire import TfEdgeFilter, TfWireError, WireTransform, parse_tf_message
+from memory_node.wire.time_jump import TimeJumpDetector
 
 # The pose source of odometry interpolated between the two samples around a stamp.
 ODOM_INTERPOLATED = "odom_interpolated"

@@ -45,8 +45,8 @@ from memory_node.core.recorder_settings import recorder_settings
 from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
 from memory_node.core.types import Pose, View
 from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
-from memory_node.ros.geometry import stamp_to_seconds
-from memory_node.ros.tf_buffer import Transform, TransformError
+from memory_node.wire.geometry import stamp_to_seconds
+from memory_node.wire.tf_buffer import Transform, TransformError
 
 STREAMS = ("camera", "lidar", "odom")
 # A full disk or the disk reserve is logged at most once per this many seconds.
@@ -69,7 +69,7 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
     """A 32x24 grey thumbnail (0..1) of an image message, for the view-change gate."""
     import cv2
 
-    from memory_node.ros.image_codec import image_to_gray
+    from memory_node.wire.image_codec import image_to_gray
 
     try:
         if kind == "video":  # core.front_video.VideoPicture: its luma plane, no conversion
@@ -422,7 +422,7 @@ class RecorderPolicy:
 
     @staticmethod
     def _decode(job: Job) -> np.ndarray:
-        from memory_node.ros.image_codec import compressed_to_bgr, image_to_bgr
+        from memory_node.wire.image_codec import compressed_to_bgr, image_to_bgr
 
         if job.kind == "video":
             return job.msg.to_bgr()
@@ -461,7 +461,7 @@ class RecorderPolicy:
         """Decode and store kept jobs; camera frames of the batch go in one embed call. One
         bad message is counted and logged, never raised. Below the disk reserve the jobs are
         counted as not stored (`not_stored`), not written."""
-        from memory_node.ros.pointcloud import read_xyz, voxel_downsample
+        from memory_node.wire.pointcloud import read_xyz, voxel_downsample
 
         if jobs and self.reserve.reached():
             for j in jobs:
@@ -505,7 +505,7 @@ class RecorderPolicy:
         frame = cfg["lidar_frame"]
         if not frame or self.poses.buffer.has_frame(frame):
             return
-        from memory_node.ros.geometry import quaternion_from_euler
+        from memory_node.wire.geometry import quaternion_from_euler
 
         q = quaternion_from_euler(cfg["lidar_mount_roll"], cfg["lidar_mount_pitch"],
                                   cfg["lidar_mount_yaw"])

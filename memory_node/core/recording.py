@@ -13,33 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memory_node.core.types import Pose, normalize_angle
-
-# A clock going back by more than this is a jump (a bag that loops or restarts); less is the
-# ordinary disorder of messages from different topics.
-DEFAULT_JUMP_THRESHOLD_S = 1.0
-
-
-class TimeJumpDetector:
-    """High-water mark of a clock; reports a backwards jump larger than the threshold. The
-    one detector the recorder, the TF buffer and the odometry history all use."""
-
-    def __init__(self, threshold_s: float = DEFAULT_JUMP_THRESHOLD_S) -> None:
-        if threshold_s < 0.0:
-            raise ValueError(f"jump_threshold_s must be >= 0, got {threshold_s}")
-        self.threshold_s = threshold_s
-        self.high: float | None = None
-
-    def jumped_back(self, now_s: float) -> bool:
-        now = float(now_s)
-        if self.high is not None and now < self.high - self.threshold_s:
-            self.high = now
-            return True
-        self.high = now if self.high is None else max(self.high, now)
-        return False
-
-    def reset(self) -> None:
-        self.high = None
+from memory_node.core.types import Pose
+from memory_node.wire.geometry import normalize_angle
+from memory_node.wire.time_jump import DEFAULT_JUMP_THRESHOLD_S, TimeJumpDetector
 
 
 class Timeline:

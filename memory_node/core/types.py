@@ -7,16 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_node.wire.geometry import normalize_angle
+
 POSE_SOURCES = ("tf", "odom", "odom_interpolated", "none", "given")
-_TWO_PI = 2.0 * math.pi
-
-
-def normalize_angle(angle: float) -> float:
-    """Wrap an angle to (-pi, pi], so headings compare and subtract without 2*pi surprises."""
-    wrapped = math.fmod(angle + math.pi, _TWO_PI)
-    if wrapped <= 0.0:
-        wrapped += _TWO_PI
-    return wrapped - math.pi
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from memory_node.core.types import Pose, View, normalize_angle
+from memory_node.core.types import Pose, View
+from memory_node.wire.geometry import normalize_angle
 
 
 def forward_yaw(rotation: np.ndarray, optical: bool) -> float:

@@ -1,1 +1,2 @@
-"""rclpy layer: nodes, TF buffer, message conversion, replay, command-line client."""
+"""rclpy layer: nodes, parameters, replay, bag import, command-line client. Thin: converts,
+then calls core; the wire formats it reads are in memory_node.wire."""

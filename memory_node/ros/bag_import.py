@@ -202,7 +202,7 @@ def _stamp_problems(reader: Any, plan: Plan) -> list[str]:
 
 def _tf_frames(reader: Any, plan: Plan) -> dict[str, str]:
     """child -> parent of every edge on /tf_static and the first TF_SAMPLE /tf messages."""
-    from memory_node.ros.tf_wire import TfWireError, parse_tf_message
+    from memory_node.wire.tf_wire import TfWireError, parse_tf_message
 
     frames: dict[str, str] = {}
     for topic in plan.tf_topics:

@@ -42,7 +42,7 @@ class TfPublisher:
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from tf2_msgs.msg import TFMessage
 
-        from memory_node.ros.tf_buffer import Transform, make_transform_stamped
+        from memory_node.wire.tf_buffer import Transform, make_transform_stamped
 
         self.context = Context()
         rclpy.init(context=self.context)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from memory_node.core.embedders import ImageDescriber, ModelUnavailable, get_describer
-from memory_node.core.embedders.base import as_bgr_uint8
 from memory_node.core.embedders.describer import (
     DESCRIBER_ID,
     PALETTE,
@@ -17,6 +16,7 @@ from memory_node.core.embedders.describer import (
     color_names,
     describe_tags,
 )
+from memory_node.core.pixels import as_bgr_uint8
 
 TAG_KEYS = {"brightness", "colors", "person", "people", "faces"}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory_node.core.recording import PoseResolver, TimeJumpDetector, Timeline
+from memory_node.core.recording import PoseResolver, Timeline
 from memory_node.core.types import Pose
+from memory_node.wire.time_jump import TimeJumpDetector
 
 
 class FakeClock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory_node.demo import load_sample
+from memory_node.session import load_sample
 
 
 @pytest.fixture(scope="session")

@@ -40,16 +40,8 @@ from memory_node.agent.skills import get_skills
 from memory_node.core.config import MemoryConfig
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation
-from memory_node.demo import (
-    ALICE_NOTE,
-    NodeProcess,
-    Sample,
-    Session,
-    Turns,
-    ask,
-    ask_each_kind,
-    wait_until_settled,
-)
+from memory_node.demo import ALICE_NOTE, Turns, ask, ask_each_kind
+from memory_node.session import NodeProcess, Sample, Session, wait_until_settled
 from memory_node.sim import stacks
 from memory_node.sim.generate import generate_sample
 from memory_node.sim.trajectory import Trajectory, build_tour, compose

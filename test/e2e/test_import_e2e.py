@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from memory_node.agent.ros_client import RosClient
-from memory_node.demo import NodeProcess, Sample, Session, load_sample, wait_until_settled
+from memory_node.session import NodeProcess, Sample, Session, load_sample, wait_until_settled
 from memory_node.sim.generate import generate_sample
 
 # A live 1x recording on two busy cores may keep a few frames fewer than the import

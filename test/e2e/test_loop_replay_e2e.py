@@ -7,7 +7,7 @@ from __future__ import annotations
 from replay_support import RATE, check_poses, search, session_in
 
 from memory_node.agent.ros_client import RosClient
-from memory_node.demo import wait_until_settled
+from memory_node.session import wait_until_settled
 
 
 def test_loop_replay_keeps_poses_right(sample, tmp_path):

@@ -27,7 +27,7 @@ from waiting import wait_until
 
 from memory_node.agent.ros_client import RosClient
 from memory_node.agent.skills import get_skills
-from memory_node.demo import wait_until_settled
+from memory_node.session import wait_until_settled
 
 BRIGHT_TOL_M = 3.0
 HERE_RADIUS_M = 1.0

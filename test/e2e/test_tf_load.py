@@ -277,7 +277,7 @@ def test_a_finished_replay_never_ages_the_pose_and_a_running_clock_does(ros, ros
     from rosgraph_msgs.msg import Clock
     from tf2_msgs.msg import TFMessage
 
-    from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
+    from memory_node.wire.geometry import quaternion_from_yaw, seconds_to_stamp
 
     caller, node = ros
     proc = ros_process([*_memory_node(), "--memory-dir", str(tmp_path / "mem"),

@@ -7,7 +7,7 @@ import numpy as np
 from memory_node.core.recorder import view_thumbnail
 from memory_node.core.recording import KeyframeGate as Gate
 from memory_node.core.types import Pose
-from memory_node.ros.image_codec import bgr_to_image_msg
+from memory_node.wire.image_codec import bgr_to_image_msg
 
 
 def test_moved_turned_or_interval():
@@ -48,7 +48,7 @@ def test_view_change_keeps_a_frame_when_someone_walks_in():
 
 
 def test_thumbnail_of_a_compressed_image_and_of_garbage():
-    from memory_node.ros.image_codec import bgr_to_compressed_msg
+    from memory_node.wire.image_codec import bgr_to_compressed_msg
 
     img = np.full((240, 320, 3), 200, np.uint8)
     v = view_thumbnail(bgr_to_compressed_msg(img, "jpeg"), "compressed")

@@ -22,9 +22,9 @@ from sensor_msgs.msg import Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 from waiting import wait_until
 
-from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
-from memory_node.ros.image_codec import bgr_to_image_msg
-from memory_node.ros.pointcloud import make_cloud
+from memory_node.wire.geometry import quaternion_from_yaw, seconds_to_stamp
+from memory_node.wire.image_codec import bgr_to_image_msg
+from memory_node.wire.pointcloud import make_cloud
 
 
 def stored(caller, stream: str) -> int:

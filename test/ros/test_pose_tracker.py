@@ -11,7 +11,7 @@ from nav_msgs.msg import Odometry
 
 from memory_node.core.recorder import ManualClock
 from memory_node.ros.common import PoseTracker
-from memory_node.ros.geometry import quaternion_from_yaw, seconds_to_stamp
+from memory_node.wire.geometry import quaternion_from_yaw, seconds_to_stamp
 
 # The tracker's clock in these tests: set by each test, so ages are exact and nothing sleeps.
 T_NOW = 1_764_460_900.0

@@ -22,8 +22,8 @@ from waiting import wait_until
 
 from memory_node.core.recorder import ManualClock
 from memory_node.ros.common import TF_LISTENER_NODE, pose_tracker_from_params
-from memory_node.ros.geometry import seconds_to_stamp
 from memory_node.ros.recorder import MemoryRecorder
+from memory_node.wire.geometry import seconds_to_stamp
 
 TF_WAIT_S = 1.0
 
@@ -304,7 +304,7 @@ def test_a_lidar_clock_an_hour_off_without_tf_is_posed_by_odometry_at_arrival(re
     were all stored without a pose, and nothing said so)."""
     import numpy as np
 
-    from memory_node.ros.pointcloud import make_cloud
+    from memory_node.wire.pointcloud import make_cloud
 
     t0 = time.time()
     for i in range(12):

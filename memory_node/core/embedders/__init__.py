@@ -10,7 +10,6 @@ from memory_node.core.embedders.base import (
     ImageEmbedder,
     ModelUnavailable,
     TextEmbedder,
-    as_bgr_uint8,
     l2_normalize,
     resolve_onnx_threads,
 )
@@ -25,6 +24,7 @@ from memory_node.core.embedders.registry import (
     register_text_embedder,
     text_embedder_names,
 )
+from memory_node.core.pixels import as_bgr_uint8
 
 __all__ = [
     "ONNX_THREADS_ENV",

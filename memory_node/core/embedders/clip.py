@@ -18,11 +18,11 @@ import numpy as np
 from memory_node.core.embedders.base import (
     LazySession,
     ModelUnavailable,
-    as_bgr_uint8,
     l2_normalize,
     require_file,
     resolve_onnx_threads,
 )
+from memory_node.core.pixels import as_bgr_uint8
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_node.core.embedders.base import ImageDescription, ModelUnavailable, as_bgr_uint8
+from memory_node.core.embedders.base import ImageDescription, ModelUnavailable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from memory_node.core.llm import ChatClient
+from memory_node.core.pixels import as_bgr_uint8
 
 DESCRIBER_ID = "opencv-heuristic-v1"
 PALETTE = (

@@ -18,7 +18,7 @@ from geometry_msgs.msg import TransformStamped
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_node.ros.geometry import (
+from memory_node.wire.geometry import (
     matrix_from_quaternion,
     normalize_angle,
     quaternion_angle,
@@ -34,7 +34,7 @@ from memory_node.ros.geometry import (
     transform_matrix,
     yaw_from_quaternion,
 )
-from memory_node.ros.tf_buffer import (
+from memory_node.wire.tf_buffer import (
     ConnectivityError,
     ExtrapolationError,
     Transform,

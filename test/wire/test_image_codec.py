@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import CompressedImage, Image
 
-from memory_node.ros.geometry import stamp_to_seconds
-from memory_node.ros.image_codec import (
+from memory_node.wire.geometry import stamp_to_seconds
+from memory_node.wire.image_codec import (
     bgr_to_compressed_msg,
     bgr_to_image_msg,
     compressed_to_bgr,

@@ -14,7 +14,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from memory_node.ros.geometry import seconds_to_stamp
+from memory_node.wire.geometry import seconds_to_stamp
 
 __all__ = [
     "ENCODINGS",

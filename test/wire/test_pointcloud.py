@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import PointCloud2, PointField
 
-from memory_node.ros.geometry import stamp_to_seconds
-from memory_node.ros.pointcloud import (
+from memory_node.wire.geometry import stamp_to_seconds
+from memory_node.wire.pointcloud import (
     POINTFIELD_DTYPES,
     make_cloud,
     read_fields,

@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_node.core.recording import TimeJumpDetector
-from memory_node.ros.geometry import (
+from memory_node.wire.geometry import (
     hamilton,
     matrix_from_quaternion,
     quaternion_conjugate,
@@ -50,6 +49,7 @@ from memory_node.ros.geometry import (
     stamp_to_seconds,
     yaw_from_quaternion,
 )
+from memory_node.wire.time_jump import TimeJumpDetector
 
 __all__ = [
     "ConnectivityError",

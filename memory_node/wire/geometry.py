@@ -12,9 +12,6 @@ from typing import Any
 
 import numpy as np
 
-# Defined in core (the recorder's policy uses it); ROS code imports it from here too.
-from memory_node.core.types import normalize_angle as normalize_angle
-
 __all__ = [
     "hamilton",
     "matrix_from_quaternion",
@@ -37,6 +34,15 @@ __all__ = [
 ]
 
 QuaternionLike = Sequence[float] | np.ndarray
+_TWO_PI = 2.0 * math.pi
+
+
+def normalize_angle(angle: float) -> float:
+    """Wrap an angle to (-pi, pi], so headings compare and subtract without 2*pi surprises."""
+    wrapped = math.fmod(angle + math.pi, _TWO_PI)
+    if wrapped <= 0.0:
+        wrapped += _TWO_PI
+    return wrapped - math.pi
 
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from memory_node.ros.geometry import seconds_to_stamp
+from memory_node.wire.geometry import seconds_to_stamp
 
 __all__ = [
     "POINTFIELD_DTYPES",

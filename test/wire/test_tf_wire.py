@@ -11,7 +11,7 @@ from geometry_msgs.msg import TransformStamped
 from rclpy.serialization import deserialize_message, serialize_message
 from tf2_msgs.msg import TFMessage
 
-from memory_node.ros.tf_wire import TfEdgeFilter, TfWireError, parse_tf_message
+from memory_node.wire.tf_wire import TfEdgeFilter, TfWireError, parse_tf_message
 
 
 def random_message(rng: random.Random, n: int) -> TFMessage:
