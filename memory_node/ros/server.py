@@ -40,7 +40,7 @@ from memory_node.ros.common import (
 )
 from memory_node.ros.delivery import resend_until_delivered
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
-from memory_node.srv import Compact, Save, Search, Streams
+from memory_node.ros.services import MEMORY_SERVICES, SERVICES
 
 SERVER_USAGE = """usage: memory-server [--help] [--ros-args -p NAME:=VALUE ... --params-file FILE]
 
@@ -59,10 +59,6 @@ RECORDER_STATS_MAX_AGE_S = 30.0
 SLOW_REQUEST_S = 5.0
 
 A = TypeVar("A")  # an answer model
-
-SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
-            "streams": "/memory/streams"}
-
 
 class MemoryServer(MaskedLogging, LifecycleNode):
     """`poses`: the process's TF listener when another node owns it (memory-node); by default
@@ -112,13 +108,15 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         qos = QoSProfile(depth=int(self.settings["service_queue_depth"]),
                          reliability=ReliabilityPolicy.RELIABLE,
                          history=HistoryPolicy.KEEP_LAST)
-        for srv_type, name, handler, group in (
-                (Search, "search", self._on_search, self._queries),
-                (Save, "save", self._on_save, self._queries),
-                (Streams, "streams", self._on_streams, self._queries),
-                (Compact, "compact", self._on_compact, self._compaction)):
-            self._memory_services.append(self.create_service(srv_type, SERVICES[name], handler,
-                                                      qos_profile=qos, callback_group=group))
+        handlers = {"search": (self._on_search, self._queries),
+                    "save": (self._on_save, self._queries),
+                    "streams": (self._on_streams, self._queries),
+                    "compact": (self._on_compact, self._compaction)}
+        for verb, (handler, group) in handlers.items():
+            service = MEMORY_SERVICES[verb]
+            self._memory_services.append(self.create_service(
+                service.srv_type, service.path(), handler, qos_profile=qos,
+                callback_group=group))
         # The lifecycle services too: a manager's first change_state meets the same race.
         for srv in self.services:
             resend_until_delivered(srv, self.get_logger(),
