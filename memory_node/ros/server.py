@@ -77,6 +77,9 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         self._engine_identity: dict | None = None
         self._engine_factory = engine_factory or MemoryEngine
         self._active = False
+        # The primary lifecycle state, kept by the transition callbacks below: rclpy has no
+        # public getter for it (Humble to Kilted), only the lifecycle services.
+        self._lifecycle_state = "unconfigured"
         self._lock = threading.Lock()
         self._admission = threading.Lock()
         self._in_flight = 0
@@ -167,7 +170,10 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         except (ConfigError, params.ParameterError) as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
-        return self.configure_engine(config)
+        result = self.configure_engine(config)
+        if result == TransitionCallbackReturn.SUCCESS:
+            self._lifecycle_state = "inactive"
+        return result
 
     def configure_engine(self, config: MemoryConfig) -> TransitionCallbackReturn:
         with self._lock:
@@ -190,8 +196,15 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         self.get_logger().info(f"configured: {self.engine.serves}")
         return TransitionCallbackReturn.SUCCESS
 
+    @property
+    def lifecycle_state(self) -> str:
+        """The node's primary lifecycle state: "unconfigured", "inactive", "active" or
+        "finalized"."""
+        return self._lifecycle_state
+
     def on_activate(self, state: State) -> TransitionCallbackReturn:
         self._active = True
+        self._lifecycle_state = "active"
         if self._persist_timer is None and self.engine is not None:
             period = max(5.0, self.engine.config.index_persist_interval_s / 4)
             self._persist_timer = self.create_timer(period, self._maintain,
@@ -228,6 +241,7 @@ class MemoryServer(MaskedLogging, LifecycleNode):
 
     def on_deactivate(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self._lifecycle_state = "inactive"
         self.stop_view()
         self.get_logger().info("inactive: services answer not_active")
         return TransitionCallbackReturn.SUCCESS
@@ -235,14 +249,26 @@ class MemoryServer(MaskedLogging, LifecycleNode):
     def on_cleanup(self, state: State) -> TransitionCallbackReturn:
         # The engine stays open so a later configure with the same parameters is a no-op.
         self._active = False
+        self._lifecycle_state = "unconfigured"
         self.stop_view()
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self._lifecycle_state = "finalized"
         self.stop_view()
         self.close_engine()
         return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: State) -> TransitionCallbackReturn:
+        """A transition callback raised: rclpy moves the node to unconfigured (finalized if
+        this fails), and the services stop answering."""
+        self._active = False
+        self.stop_view()
+        result = super().on_error(state)
+        self._lifecycle_state = ("unconfigured" if result == TransitionCallbackReturn.SUCCESS
+                                 else "finalized")
+        return result
 
     def close_engine(self) -> None:
         with self._lock:
@@ -274,7 +300,7 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         eng = self.engine
         if not self._active or eng is None:
             return ErrorAnswer.of(
-                "not_active", f"memory server is not active (state: {self._state_label()})")
+                "not_active", f"memory server is not active (state: {self._lifecycle_state})")
         limit = int(self.settings["max_pending_requests"])
         with self._admission:
             if self._in_flight >= limit:
@@ -293,12 +319,6 @@ class MemoryServer(MaskedLogging, LifecycleNode):
             if took > SLOW_REQUEST_S:
                 self.get_logger().warning(f"a request took {took:.1f} s "
                                           f"({self._in_flight} others in flight)")
-
-    def _state_label(self) -> str:
-        try:
-            return self._state_machine.current_state[1]
-        except Exception:  # noqa: BLE001 - only for the message
-            return "unknown"
 
     def _on_search(self, request: Any, response: Any) -> Any:
         # The model draws the markers; its JSON (what engine.search answers) is the reply.
@@ -407,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     node.advertise()
     if node.settings["autostart"]:
         node.trigger_configure()
-        if node._state_machine.current_state[1] == "inactive":
+        if node.lifecycle_state == "inactive":
             node.trigger_activate()
     else:
         node.get_logger().info("unconfigured: waiting for lifecycle transitions "
