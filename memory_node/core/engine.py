@@ -63,7 +63,7 @@ from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose, RowFilter
 from memory_node.core.visits import VisitSpan, find_visits, gap_notes
 
-log = logging.getLogger("memory_node.engine")
+log = logging.getLogger(__name__)
 # A full disk is logged at most once per this many seconds, however many requests meet it.
 DISK_LOG_PERIOD_S = 60.0
 

@@ -24,7 +24,7 @@ from memory_node.core.places import Place
 from memory_node.core.types import Observation, Pose, RowFilter, disc_slack
 from memory_node.fleet.credentials import redact, scrub
 
-log = logging.getLogger("memory_node.fleet")
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "2"  # 2: camera views (seen_near) and named places
 

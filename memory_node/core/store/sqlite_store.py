@@ -39,7 +39,7 @@ from memory_node.core.store.eviction import EvictionStore
 from memory_node.core.store.vector_files import DIR_NAME, VectorFiles, row_crcs
 from memory_node.core.types import Observation, Pose, RowFilter, disc_slack, view_covers
 
-log = logging.getLogger("memory_node.store")
+log = logging.getLogger(__name__)
 
 # 1: embeddings inline in observations; 2: in a `vectors` table of blobs; 3: in vector files.
 SCHEMA_VERSION = "3"

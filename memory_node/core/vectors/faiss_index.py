@@ -29,7 +29,7 @@ from memory_node.core.vectors import calibrate as cal
 from memory_node.core.vectors.exact import ExactIndex, SlotRows, top_k
 
 faiss.omp_set_num_threads(1)  # single queries are faster on one thread (notes/offline-models.md)
-log = logging.getLogger("memory_node.index")
+log = logging.getLogger(__name__)
 
 
 HNSW_STORAGES = ("sq8", "flat")
