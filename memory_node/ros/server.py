@@ -105,7 +105,8 @@ class MemoryServer(MaskedLogging, LifecycleNode):
     def advertise(self) -> None:
         """Open the services; before activation they answer `not_active` rather than
         nothing. Deep request queues: a burst of requests waits in the middleware rather than
-        being overwritten there (the default depth of 10 lost 40 of 50 saves sent at once)."""
+        being overwritten there (the default depth lost most of a burst of saves:
+        bench/results/NOTES.md, finding 19)."""
         if self._memory_services:
             return
         qos = QoSProfile(depth=int(self.settings["service_queue_depth"]),

@@ -210,9 +210,9 @@ class SqliteObservationStore(EvictionStore, ObservationStore):
                 self._w.execute("COMMIT")
         self._tag_keys_seen: set[tuple[str, str, bool]] = set()
         self._r = self._connect(timeout_s)
-        # Reads through a map of the file, not a copy into SQLite's page cache per read: five
-        # rows by id from a 100k store in 49 µs instead of 65 (the rows a search returns are
-        # seldom in that cache); mapped file pages, not this process's own memory.
+        # Reads through a map of the file, not a copy into SQLite's page cache per read: rows
+        # by id come back faster (bench/results/NOTES.md, finding 17; the rows a search
+        # returns are seldom in that cache); mapped file pages, not this process's own memory.
         self._r.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
 
     def _migrate(self) -> None:
