@@ -788,7 +788,7 @@ class GraphIndex:
         Named parts holding `GRAPH_MIN_SHARE` of the rows are searched in the graph: its
         nearest `rerank` / share rows, those of the parts kept. When fewer than k + 8 of them
         are the parts' (their rows lie apart from the query: a filter inside the graph walk
-        then misses most of their nearest rows, measured at recall@5 0.95 on captions), the
+        then misses many of their nearest rows: finding 19 in bench/results/NOTES.md), the
         parts are scanned exactly; when at least that many are, the parts' k best are among
         the graph's nearest rows as surely as an unrestricted search's. Smaller parts are
         scanned exactly."""
