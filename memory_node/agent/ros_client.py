@@ -5,9 +5,9 @@ disturbed), spun on a background thread. It calls `/memory/search|save|compact|s
 timeout, and keeps the robot's current pose the way the query server does (`PoseTracker`:
 `/tf` and `/tf_static` through the package's own TF buffer, installed tf2_ros or not, with
 the latest odometry as fallback), so the pose line the agent sees is the pose its notes get. A
-server that is not there, not active or too slow gives
-`{"ok": false, "error": {"code": "unavailable", ...}}`, never an exception, so the skills turn
-it into a readable tool error.
+server that is not there or too slow gives
+`{"ok": false, "error": {"code": "unavailable", ...}}` (one that is not active answers
+`not_active` itself), never an exception, so the skills turn it into a readable tool error.
 
 The calls and every refusal are `ServiceCaller`'s (`ros/services.py`, the same client
 `memory-cli` uses); this class adds the node's parameters, the pose and the clock. This is the
