@@ -27,7 +27,7 @@ def main() -> int:
     rclpy.init(args=sys.argv)
     node = MemoryServer(engine_factory=factory)
     node.trigger_configure()
-    if node._state_machine.current_state[1] == "inactive":  # noqa: SLF001 - as server.main
+    if node.lifecycle_state == "inactive":  # as server.main
         node.trigger_activate()
     spin_nodes([node])
     return 0

@@ -45,7 +45,8 @@ from memory_node.core.secrets import mask_log_handlers
 
 __all__ = ["BearerTokenMiddleware", "MemoryMCPServer", "main"]
 
-log = logging.getLogger("memory_node.agent.mcp")
+# the module path also when run as `python -m` (there __name__ is "__main__")
+log = logging.getLogger(__spec__.name if __spec__ is not None else __name__)
 
 SERVER_NAME = "memory_node"
 TOKEN_ENV = "MEMORY_MCP_TOKEN"

@@ -21,7 +21,7 @@ from memory_node.core.types import Pose
 
 __all__ = ["MEMORY_PROMPT_SECTION", "UNKNOWN_POSE_LINE", "pose_line", "prepend_pose"]
 
-log = logging.getLogger("memory_node.agent")
+log = logging.getLogger(__name__)
 
 UNKNOWN_POSE_LINE = "[Current pose: unknown]"
 

@@ -27,7 +27,7 @@ from memory_node.core.contract import ErrorAnswer, SaveAnswer, SaveNote
 
 __all__ = ["SkillCallRecorder"]
 
-log = logging.getLogger("memory_node.agent")
+log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -52,7 +52,7 @@ __all__ = [
     "openai_tool_specs",
 ]
 
-log = logging.getLogger("memory_node.agent")
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 

@@ -38,7 +38,7 @@ from memory_node.core.compaction import YIELD_S, choose_kept, referenced_ids, ti
 from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 
-log = logging.getLogger("memory_node.budget")
+log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 LOW_WATER = 0.9  # make room down to this share of the budget

@@ -33,7 +33,7 @@ import numpy as np
 
 from memory_node.core.types import Observation, Pose
 
-log = logging.getLogger("memory_node.captioner")
+log = logging.getLogger(__name__)
 
 PENDING, DONE, FAILED = "pending", "done", "failed"
 # Input tokens per request, estimated: a JPEG of at most 768 pixels a side is 4 tiles on the

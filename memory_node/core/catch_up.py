@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from memory_node.core.disk import is_disk_full
 
-log = logging.getLogger("memory_node.engine")
+log = logging.getLogger(__name__)
 
 # The first retry after this many seconds, then twice as long each time up to the cap (a full
 # disk is retried at its cap: space may come back any moment and a try is cheap).

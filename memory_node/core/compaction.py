@@ -38,7 +38,7 @@ VectorOf = Callable[[str | None, str, int | None], "np.ndarray | None"]
 # Store a summary as a note: (request, stream, t, pose).
 SaveSummary = Callable[[SaveRequest, str, float, "Pose | None"], Any]
 
-log = logging.getLogger("memory_node.compaction")
+log = logging.getLogger(__name__)
 
 # Where a note names an observation: "#123" in its text, or an id in one of these tags.
 NOTE_REF = re.compile(r"#(\d+)\b")

@@ -64,14 +64,15 @@ from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose, RowFilter
 from memory_node.core.visits import VisitSpan, find_visits, find_visits_in, gap_notes
 
-log = logging.getLogger("memory_node.engine")
+log = logging.getLogger(__name__)
 # A full disk is logged at most once per this many seconds, however many requests meet it.
 DISK_LOG_PERIOD_S = 60.0
 
 
 def _one_blas_thread() -> None:
     """Exact scoring is one matrix-vector product per query: split over threads it mostly
-    waits for the other core (24 ms vs 0.08 ms measured on a busy 2-core machine)."""
+    waits for the other core, many times slower on a busy machine (bench/results/NOTES.md,
+    finding 3)."""
     try:
         from threadpoolctl import threadpool_limits
 
@@ -116,8 +117,8 @@ def _origin(exc: BaseException) -> str:
 def dumps(answer: Any) -> str:
     """An answer (a model, or its dict) as the JSON text the services send: one line, UTF-8,
     compact, a NaN or infinity as null (always valid JSON). Serialized by pydantic-core, not
-    `json`: a model straight to text, with no Python dict in between (a ten-result search
-    answer in 18 µs instead of 82)."""
+    `json`: a model straight to text, with no Python dict in between (several times faster:
+    bench/results/NOTES.md, finding 19)."""
     if isinstance(answer, dict):
         return to_json(answer, inf_nan_mode="null").decode()
     if isinstance(answer, Reply):

@@ -36,7 +36,7 @@ from memory_node.core.vectors.index_cache import (
 __all__ = ["PERSIST_LOCK_TIMEOUT_S", "CacheDamaged", "CacheLock", "GraphSource", "GraphWorker",
            "IndexManager", "Key"]
 
-log = logging.getLogger("memory_node.index")
+log = logging.getLogger(__name__)
 
 PERSIST_LOCK_TIMEOUT_S = 30.0  # how long a writer waits for another process's write
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("memory_node.maintenance")
+log = logging.getLogger(__name__)
 
 BUDGET_CHECK_MAX_S = 60.0  # with a budget, its size is checked at least this often
 

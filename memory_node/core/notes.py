@@ -32,7 +32,7 @@ from typing import Any
 
 from memory_node.core.types import Pose
 
-log = logging.getLogger("memory_node.notes")
+log = logging.getLogger(__name__)
 
 ENTRY_HEADING = re.compile(
     r"^## (?P<when>[^·]*?) · (?P<stream>[A-Za-z0-9_-]+) · (?P<key>n-[0-9a-f]{12})\s*$"

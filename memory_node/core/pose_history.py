@@ -147,7 +147,7 @@ class PoseHistory:
                  max_pose_age_s: float = 0.5, keep_frames: tuple[str, ...] = (),
                  logger: Logger | None = None):
         self.clock, self.wall = clock, wall
-        self.log = logger or default_logger("memory_node.poses")
+        self.log = logger or default_logger(__name__)
         self.world_frame, self.base_frame = world_frame, base_frame
         self.tolerance_s = tolerance_s
         self.max_pose_age_s = max_pose_age_s

@@ -147,7 +147,7 @@ class RecorderPolicy:
         self.poses = poses
         self.clock = clock or poses.clock
         self.wall = poses.wall
-        self.log = logger or default_logger("memory_node.recorder")
+        self.log = logger or default_logger(__name__)
         self.counters = {s: StreamCounters() for s in STREAMS}
         self.gates = {s: KeyframeGate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
                       for s in STREAMS}

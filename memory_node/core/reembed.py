@@ -21,7 +21,7 @@ import numpy as np
 
 from memory_node.core.captioner import FileLock
 
-log = logging.getLogger("memory_node.reembed")
+log = logging.getLogger(__name__)
 LOCK_FILE = "reembed.lock"
 
 

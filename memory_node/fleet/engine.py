@@ -39,7 +39,7 @@ from memory_node.fleet.credentials import redact, resolve_fleet_url
 from memory_node.fleet.store import FleetPlace, FleetStore, FleetUnavailable
 from memory_node.fleet.sync import default_map_id, default_robot_id
 
-log = logging.getLogger("memory_node.fleet.engine")
+log = logging.getLogger(__name__)
 
 class FleetEngine(MemoryEngine):
     """The engine over the fleet store: the robot's planner and contract with a

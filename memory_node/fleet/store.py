@@ -24,13 +24,13 @@ from memory_node.core.places import Place
 from memory_node.core.types import Observation, Pose, RowFilter, disc_slack
 from memory_node.fleet.credentials import redact, scrub
 
-log = logging.getLogger("memory_node.fleet")
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "2"  # 2: camera views (seen_near) and named places
 
 # HNSW defaults, chosen by the sweep in bench/fleet_bench.py (BENCHMARKS.md, "Fleet store"):
-# at 100k rows m 16 reached recall@5 0.99 against the exact ranking only at ef_search 800;
-# m 32 (twice the build time) reaches it at ef_search 200, with half the work per query.
+# m 16 reached the recall target against the exact ranking only at a far deeper ef_search;
+# m 32 (twice the build time) reaches it at this one, with less work per query.
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 200

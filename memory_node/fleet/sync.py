@@ -44,7 +44,8 @@ from memory_node.fleet.store import (
     FleetUnavailable,
 )
 
-log = logging.getLogger("memory_node.fleet.sync")
+# the module path also when run as `python -m` (there __name__ is "__main__")
+log = logging.getLogger(__spec__.name if __spec__ is not None else __name__)
 
 PAUSE_ENV = "MEMORY_SYNC_TEST_PAUSE_S"  # tests only: hold each batch's transaction open
 

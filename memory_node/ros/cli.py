@@ -28,80 +28,9 @@ from memory_node.core.contract import (
     read_answer,
 )
 from memory_node.core.parameters import split_ros_args
+from memory_node.ros.services import SERVICES, ServiceCaller
 
-SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
-            "streams": "/memory/streams"}
-
-
-def ros_text_problem(verb: str, payload: str | None) -> str | None:
-    """Why a payload cannot go out as a ROS String whole, or None: the transport cuts a String
-    at its first NUL (the server would store the rest silently truncated), and cannot encode
-    a lone surrogate (an undecodable byte in the command line)."""
-    from memory_node.core.errors import BadRequest
-    from memory_node.core.query import check_text
-
-    if not payload:
-        return None
-    try:
-        check_text("search query" if verb == "search" else "note", payload)
-    except BadRequest as exc:
-        return exc.message + " (a ROS String cannot carry it; nothing was sent)"
-    return None
-
-
-class ServiceCaller:
-    """A tiny rclpy node that calls one of the four services synchronously."""
-
-    def __init__(self, node_name: str = "memory_cli", context: Any = None):
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
-
-        from memory_node.srv import Compact, Save, Search, Streams
-
-        self.rclpy = rclpy
-        self.node = rclpy.create_node(node_name, context=context)
-        self.executor = SingleThreadedExecutor(context=self.node.context)
-        self.types = {"search": Search, "save": Save, "compact": Compact, "streams": Streams}
-        from memory_node.ros.common import CLIENT_QOS
-
-        self.clients: dict[str, Any] = {
-            k: self.node.create_client(t, SERVICES[k], qos_profile=CLIENT_QOS)
-            for k, t in self.types.items()}
-
-    def call(self, verb: str, payload: str | None = None, timeout: float = 10.0) -> str:
-        import time
-
-        refused = ros_text_problem(verb, payload)
-        if refused:
-            return json.dumps({"ok": False, "error": {"code": "bad_request",
-                                                      "message": refused}})
-        client = self.clients[verb]
-        deadline = time.monotonic() + timeout
-        if not client.wait_for_service(timeout_sec=timeout):
-            return json.dumps({"ok": False, "error": {
-                "code": "unavailable",
-                "message": f"no memory server answers on {SERVICES[verb]} (waited {timeout:g} s)"}})
-        req = self.types[verb].Request()
-        if verb == "search":
-            req.query.data = payload or ""
-        elif verb == "save":
-            req.note.data = payload or ""
-        future = client.call_async(req)
-        left = max(0.1, deadline - time.monotonic())
-        self.rclpy.spin_until_future_complete(self.node, future, executor=self.executor,
-                                             timeout_sec=left)
-        if not future.done():
-            client.remove_pending_request(future)
-            return json.dumps({"ok": False, "error": {
-                "code": "unavailable", "message": f"{SERVICES[verb]} did not answer within "
-                f"{timeout:g} s"}})
-        response = future.result()
-        assert response is not None  # done, and a service call's future holds its response
-        return response.result.data
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
+__all__ = ["SERVICES", "ServiceCaller", "main", "render"]  # the caller lives in ros/services.py
 
 
 # ---- the readable form ---------------------------------------------------------------------

@@ -40,7 +40,7 @@ from memory_node.ros.common import (
 )
 from memory_node.ros.delivery import resend_until_delivered
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
-from memory_node.srv import Compact, Save, Search, Streams
+from memory_node.ros.services import MEMORY_SERVICES, SERVICES
 
 SERVER_USAGE = """usage: memory-server [--help] [--ros-args -p NAME:=VALUE ... --params-file FILE]
 
@@ -60,10 +60,6 @@ SLOW_REQUEST_S = 5.0
 
 A = TypeVar("A")  # an answer model
 
-SERVICES = {"search": "/memory/search", "save": "/memory/save", "compact": "/memory/compact",
-            "streams": "/memory/streams"}
-
-
 class MemoryServer(MaskedLogging, LifecycleNode):
     """`poses`: the process's TF listener when another node owns it (memory-node); by default
     the server listens to TF itself. `advertise=False` leaves the services to `advertise()`,
@@ -81,6 +77,9 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         self._engine_identity: dict | None = None
         self._engine_factory = engine_factory or MemoryEngine
         self._active = False
+        # The primary lifecycle state, kept by the transition callbacks below: rclpy has no
+        # public getter for it (Humble to Kilted), only the lifecycle services.
+        self._lifecycle_state = "unconfigured"
         self._lock = threading.Lock()
         self._admission = threading.Lock()
         self._in_flight = 0
@@ -106,19 +105,22 @@ class MemoryServer(MaskedLogging, LifecycleNode):
     def advertise(self) -> None:
         """Open the services; before activation they answer `not_active` rather than
         nothing. Deep request queues: a burst of requests waits in the middleware rather than
-        being overwritten there (the default depth of 10 lost 40 of 50 saves sent at once)."""
+        being overwritten there (the default depth lost most of a burst of saves:
+        bench/results/NOTES.md, finding 19)."""
         if self._memory_services:
             return
         qos = QoSProfile(depth=int(self.settings["service_queue_depth"]),
                          reliability=ReliabilityPolicy.RELIABLE,
                          history=HistoryPolicy.KEEP_LAST)
-        for srv_type, name, handler, group in (
-                (Search, "search", self._on_search, self._queries),
-                (Save, "save", self._on_save, self._queries),
-                (Streams, "streams", self._on_streams, self._queries),
-                (Compact, "compact", self._on_compact, self._compaction)):
-            self._memory_services.append(self.create_service(srv_type, SERVICES[name], handler,
-                                                      qos_profile=qos, callback_group=group))
+        handlers = {"search": (self._on_search, self._queries),
+                    "save": (self._on_save, self._queries),
+                    "streams": (self._on_streams, self._queries),
+                    "compact": (self._on_compact, self._compaction)}
+        for verb, (handler, group) in handlers.items():
+            service = MEMORY_SERVICES[verb]
+            self._memory_services.append(self.create_service(
+                service.srv_type, service.path(), handler, qos_profile=qos,
+                callback_group=group))
         # The lifecycle services too: a manager's first change_state meets the same race.
         for srv in self.services:
             resend_until_delivered(srv, self.get_logger(),
@@ -169,7 +171,10 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         except (ConfigError, params.ParameterError) as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
-        return self.configure_engine(config)
+        result = self.configure_engine(config)
+        if result == TransitionCallbackReturn.SUCCESS:
+            self._lifecycle_state = "inactive"
+        return result
 
     def configure_engine(self, config: MemoryConfig) -> TransitionCallbackReturn:
         with self._lock:
@@ -192,8 +197,15 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         self.get_logger().info(f"configured: {self.engine.serves}")
         return TransitionCallbackReturn.SUCCESS
 
+    @property
+    def lifecycle_state(self) -> str:
+        """The node's primary lifecycle state: "unconfigured", "inactive", "active" or
+        "finalized"."""
+        return self._lifecycle_state
+
     def on_activate(self, state: State) -> TransitionCallbackReturn:
         self._active = True
+        self._lifecycle_state = "active"
         if self._persist_timer is None and self.engine is not None:
             period = max(5.0, self.engine.config.index_persist_interval_s / 4)
             self._persist_timer = self.create_timer(period, self._maintain,
@@ -230,6 +242,7 @@ class MemoryServer(MaskedLogging, LifecycleNode):
 
     def on_deactivate(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self._lifecycle_state = "inactive"
         self.stop_view()
         self.get_logger().info("inactive: services answer not_active")
         return TransitionCallbackReturn.SUCCESS
@@ -237,14 +250,26 @@ class MemoryServer(MaskedLogging, LifecycleNode):
     def on_cleanup(self, state: State) -> TransitionCallbackReturn:
         # The engine stays open so a later configure with the same parameters is a no-op.
         self._active = False
+        self._lifecycle_state = "unconfigured"
         self.stop_view()
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: State) -> TransitionCallbackReturn:
         self._active = False
+        self._lifecycle_state = "finalized"
         self.stop_view()
         self.close_engine()
         return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: State) -> TransitionCallbackReturn:
+        """A transition callback raised: rclpy moves the node to unconfigured (finalized if
+        this fails), and the services stop answering."""
+        self._active = False
+        self.stop_view()
+        result = super().on_error(state)
+        self._lifecycle_state = ("unconfigured" if result == TransitionCallbackReturn.SUCCESS
+                                 else "finalized")
+        return result
 
     def close_engine(self) -> None:
         with self._lock:
@@ -276,7 +301,7 @@ class MemoryServer(MaskedLogging, LifecycleNode):
         eng = self.engine
         if not self._active or eng is None:
             return ErrorAnswer.of(
-                "not_active", f"memory server is not active (state: {self._state_label()})")
+                "not_active", f"memory server is not active (state: {self._lifecycle_state})")
         limit = int(self.settings["max_pending_requests"])
         with self._admission:
             if self._in_flight >= limit:
@@ -295,12 +320,6 @@ class MemoryServer(MaskedLogging, LifecycleNode):
             if took > SLOW_REQUEST_S:
                 self.get_logger().warning(f"a request took {took:.1f} s "
                                           f"({self._in_flight} others in flight)")
-
-    def _state_label(self) -> str:
-        try:
-            return self._state_machine.current_state[1]
-        except Exception:  # noqa: BLE001 - only for the message
-            return "unknown"
 
     def _on_search(self, request: Any, response: Any) -> Any:
         # The model draws the markers; its JSON (what engine.search answers) is the reply.
@@ -409,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     node.advertise()
     if node.settings["autostart"]:
         node.trigger_configure()
-        if node._state_machine.current_state[1] == "inactive":
+        if node.lifecycle_state == "inactive":
             node.trigger_activate()
     else:
         node.get_logger().info("unconfigured: waiting for lifecycle transitions "

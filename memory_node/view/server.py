@@ -63,7 +63,8 @@ from memory_node.view.store_reader import NotFound, StoreReader, Window
 
 __all__ = ["DEFAULT_PORT", "TOKEN_ENV", "ViewServer", "create_app", "main"]
 
-log = logging.getLogger("memory_node.view")
+# the module path also when run as `python -m` (there __name__ is "__main__")
+log = logging.getLogger(__spec__.name if __spec__ is not None else __name__)
 
 STATIC = Path(__file__).resolve().parent / "static"
 TOKEN_ENV = "MEMORY_VIEW_TOKEN"

@@ -206,7 +206,7 @@ def test_budget_makes_room_in_order_and_keeps_notes_places_and_visits(built, tmp
     # the pose history stays (coarser), and the node says so once, at error level.
     eng = make_engine(root, clock, compact_interval_s=0, disk_budget_mb=64 * 1024 / MIB)
     try:
-        with caplog.at_level(logging.ERROR, logger="memory_node.budget"):
+        with caplog.at_level(logging.ERROR, logger="memory_node.core.budget"):
             assert json.loads(eng.compact())["budget"]["status"] == "over"
             eng.compact()
         said = [r for r in caplog.records if r.levelno == logging.ERROR

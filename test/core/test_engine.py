@@ -267,7 +267,7 @@ def test_graph_cached_with_other_settings_is_rebuilt_and_said(tmp_path, caplog):
         eng.save(text)
     want = call(eng.search, '{"semantic_query": "a blue door", "k": 3}')["results"]
     eng.close()
-    with caplog.at_level("WARNING", logger="memory_node.index"):
+    with caplog.at_level("WARNING", logger="memory_node.core"):
         eng = make_engine(root, hnsw_min_rows=5, hnsw_storage="sq8")
         assert eng.indexes.wait_for_cached_graphs(60)  # cached graphs are read in the background
     assert "cached HNSW graph of" in caplog.text and "events" in caplog.text
@@ -275,7 +275,7 @@ def test_graph_cached_with_other_settings_is_rebuilt_and_said(tmp_path, caplog):
     assert [r["id"] for r in got] == [r["id"] for r in want]
     eng.close()
     caplog.clear()
-    with caplog.at_level("WARNING", logger="memory_node.index"):
+    with caplog.at_level("WARNING", logger="memory_node.core"):
         make_engine(root, hnsw_min_rows=5, hnsw_storage="sq8").close()  # now cached as sq8
     assert "cached HNSW graph" not in caplog.text
 

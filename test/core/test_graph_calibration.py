@@ -157,7 +157,7 @@ def _engine_over_even_spread(tmp_path, caplog):
                       hnsw_m=8, hnsw_ef_construction=40, hnsw_dims=8)
     vecs = clustered(6000, 8, 0.6)
     rows = [Observation(stream="imported", t=1000.0 + i, pose=Pose(0, 0)) for i in range(6000)]
-    with caplog.at_level("INFO", logger="memory_node.index"):
+    with caplog.at_level("INFO", logger="memory_node.core"):
         ids = eng.add_embedded(rows, vecs, "test-clusters-32")
         assert eng.indexes.wait_for_graphs(120)
     entry = json.loads(eng.streams())["indexes"][0]

@@ -41,7 +41,7 @@ from memory_node.core.store.eviction import EvictionStore
 from memory_node.core.store.vector_files import DIR_NAME, VectorFiles, row_crcs
 from memory_node.core.types import Observation, Pose, RowFilter, disc_slack, view_covers
 
-log = logging.getLogger("memory_node.store")
+log = logging.getLogger(__name__)
 
 # 1: embeddings inline in observations; 2: in a `vectors` table of blobs; 3: in vector files.
 SCHEMA_VERSION = "3"
@@ -216,9 +216,9 @@ class SqliteObservationStore(EvictionStore, ObservationStore):
                          time.perf_counter() - t0)
         self._tag_keys_seen: set[tuple[str, str, bool]] = set()
         self._r = self._connect(timeout_s)
-        # Reads through a map of the file, not a copy into SQLite's page cache per read: five
-        # rows by id from a 100k store in 49 µs instead of 65 (the rows a search returns are
-        # seldom in that cache); mapped file pages, not this process's own memory.
+        # Reads through a map of the file, not a copy into SQLite's page cache per read: rows
+        # by id come back faster (bench/results/NOTES.md, finding 17; the rows a search
+        # returns are seldom in that cache); mapped file pages, not this process's own memory.
         self._r.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
 
     def _migrate(self) -> None:

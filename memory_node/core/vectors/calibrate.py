@@ -1,17 +1,18 @@
 """Self-calibration of a graph search: the smallest search depth that keeps a recall target.
 
 A fixed efSearch is tuned for the hardest data it was tried on and overpays on easier data
-(MiniLM captions reach recall@5 0.99 at efSearch 16 where clustered synthetic vectors need
-192). So a graph measures itself: a sample of its rows held out of it (a row that is a node
-is found through its own links, which flatters the graph: recall@5 0.99 at efSearch 24 on
-overlapping clusters where held-out queries get 0.79) and the last real queries are answered
+(MiniLM captions reach the target at a far shallower search than clustered synthetic
+vectors). So a graph measures itself: a sample of its rows held out of it (a row that is a
+node is found through its own links, which flatters the graph, by far on overlapping
+clusters) and the last real queries are answered
 exactly (brute force over the graph's live rows) and through the graph at each (efSearch,
 rerank) of a grid; the cheapest pair whose recall@5 holds the target by one standard error of
 the sample (so that it holds on new queries too, not just on these: the error of its
 queries' own recalls where misses come a whole query at a time) is kept. Held-out rows and
 real queries are held to the target each on its own once there are `MIN_REAL` real ones:
-a user's queries are worded unlike the rows (MiniLM captions: recall@5 0.995 on held-out rows
-and 0.956 on query texts at the same depth), so neither may carry the other. Recall counts a
+a user's queries are worded unlike the rows (on MiniLM captions query texts get a clearly
+lower recall than held-out rows at the same depth), so neither may carry the other. The
+figures: bench/results/NOTES.md, finding 19. Recall counts a
 returned row as right when its exact score reaches the k-th exact score (rows tied with it
 are equally right), after the exact re-scoring every search does.
 
@@ -45,7 +46,7 @@ REAL_CHECKPOINTS = (MIN_REAL, 64, 128, RECENT_QUERIES)
 # When no setting holds the target, the cheapest one whose recall is within one standard
 # error (at least this much) of the best measured serves: the deepest search costs several
 # times a shallower one for what the sample cannot tell apart (on MiniLM query texts the
-# depth 256 queries ranked best met 0.981 on 300 others; a shallower one, 0.993).
+# depth a sample ranked best did worse on other queries than a shallower one: finding 19).
 UNMET_SLACK = 0.002
 GROWTH = 0.25  # re-calibrate once the graph holds this share more live rows
 BATCH = 8  # queries per graph search while holding the graph lock (a few ms)
@@ -56,8 +57,8 @@ class RecentQueries:
     """The last `maxlen` distinct real queries, oldest first. A question asked again is kept
     once: an agent that repeats one question (a patrol's "anything new at the door?") would
     otherwise fill the sample with copies of it, and the real queries' group would measure
-    that one question (seen: 256 copies of one caption query let the held-out rows alone set
-    efSearch 24, recall@5 0.963 on other questions where 0.99 was promised)."""
+    that one question (seen once, and the recall promised did not hold on other questions:
+    bench/results/NOTES.md, finding 15)."""
 
     def __init__(self, maxlen: int = RECENT_QUERIES):
         # Keyed by the vector's bytes (the same text embeds to the same vector, byte for

@@ -29,7 +29,7 @@ from memory_node.core.vectors import calibrate as cal
 from memory_node.core.vectors.exact import ExactIndex, SlotRows, top_k
 
 faiss.omp_set_num_threads(1)  # single queries are faster on one thread (notes/offline-models.md)
-log = logging.getLogger("memory_node.index")
+log = logging.getLogger(__name__)
 
 
 HNSW_STORAGES = ("sq8", "flat")
@@ -56,10 +56,9 @@ COARSE_QUERIES = 128
 CHUNK = 8192  # rows read at a time while filling a coarse index
 COARSE_MAX_LISTS = 1024
 # The 8-bit codes' quantizer: one value range for every dimension. Decoding a code is one
-# multiply-add per component, not a range per dimension read beside it: on overlapping
-# clusters at 100k a walk at efSearch 96 took 914 µs against 1157 with per-dimension ranges,
-# at the same recall after the exact re-scoring (0.994 / 0.995; MiniLM captions alike). The
-# re-scoring makes up for the coarser codes.
+# multiply-add per component, not a range per dimension read beside it: a walk is faster at
+# the same recall after the exact re-scoring, which makes up for the coarser codes
+# (bench/results/NOTES.md, finding 17).
 SQ_TYPE = faiss.ScalarQuantizer.QT_8bit_uniform
 # Graphs over alternate nodes walked at once, one per core (see `_Halves`): 2, or 1 (one
 # graph) on a single core, where the two walks would run one after the other.
@@ -104,9 +103,9 @@ class GraphIndex:
     Above `COARSE_MIN_ROWS` live rows an inverted file of 8-bit codes over the same nodes
     (the first build's coarse index, or one made in the background for a graph read or
     rebuilt) is calibrated beside the graph: where it holds the target with fewer
-    microseconds per query (data the graph walks badly: on MiniLM captions at 100k, whose
-    near-alike rows crowd the graph's links, probing 32 of 632 lists held recall@5 0.99 on
-    query texts in two thirds of the time efSearch 256 took), unrestricted searches probe
+    microseconds per query (data the graph walks badly, e.g. MiniLM captions, whose
+    near-alike rows crowd the graph's links: bench/results/NOTES.md, finding 19),
+    unrestricted searches probe
     it instead (`ivf` "auto"; "prefer":
     whenever it holds the target; "off": never made). It is dropped once a calibration on
     the full set of real queries keeps the walk.
@@ -115,10 +114,9 @@ class GraphIndex:
     projections on their `dims` principal axes (a PCA fitted on the rows the first build
     trains its codes with): each hop reads and scores a quarter of the components at 96 of
     384, the candidates are re-scored with the float vectors as always, and the calibration
-    measures the recall that results. On overlapping clusters at 100k one walk over 96
-    components at efSearch 64 held recall@5 0.992 in 178 µs where the full vectors took
-    648 µs for 0.989 (two halves over the projection: 310 µs, the hand-off costing more
-    than it saves).
+    measures the recall that results. On overlapping clusters a walk over the projection
+    holds the recall in a fraction of the full vectors' time (two halves over it gain
+    nothing: the hand-off costs more than it saves; bench/results/NOTES.md, finding 18).
     """
 
     def __init__(self, dim: int, *, m: int = 48, ef_construction: int = 200,
@@ -612,15 +610,15 @@ class GraphIndex:
         # the parts on every search cost more than the coarse probe itself).
         held_rows = _rows_of([self.parts[n] for n in self._names], held[held_codes >= 0],
                              held_codes[held_codes >= 0], self.dim)
-        copy = _clone(graph)  # ~1 ms per 10k nodes; searched without any lock
+        copy = _clone(graph)  # cheap beside the build (finding 19); searched without any lock
         self._partial = _Partial(copy, node_ids, node_codes, cover, *held_rows, coarse)
 
     def _partial_search(self, p: _Partial, q: np.ndarray, k: int, names: list[str]
                         ) -> tuple[np.ndarray, np.ndarray] | None:
         """Top-k over `names` while a first graph is built: the copy's best candidates and,
         with a coarse index, its best among the rows the copy lacks (among every row when
-        it holds the recall target alone: walking a copy still being built costs 1-3 ms at
-        100k, probing the coarse index 0.6), re-scored exactly;
+        it holds the recall target alone: walking a copy still being built costs more than
+        probing the coarse index, bench/results/NOTES.md, finding 19), re-scored exactly;
         held-out rows and every row neither covers scored exactly (a matrix-vector product
         over each part's uncovered tail). None when a part's rows moved since the copy (a
         removal): the caller scans exactly."""
@@ -790,7 +788,7 @@ class GraphIndex:
         Named parts holding `GRAPH_MIN_SHARE` of the rows are searched in the graph: its
         nearest `rerank` / share rows, those of the parts kept. When fewer than k + 8 of them
         are the parts' (their rows lie apart from the query: a filter inside the graph walk
-        then misses most of their nearest rows, measured at recall@5 0.95 on captions), the
+        then misses many of their nearest rows: finding 19 in bench/results/NOTES.md), the
         parts are scanned exactly; when at least that many are, the parts' k best are among
         the graph's nearest rows as surely as an unrestricted search's. Smaller parts are
         scanned exactly."""
@@ -843,7 +841,7 @@ class GraphIndex:
         # its dead node; a row replayed into a part twice is two live nodes), then a loop
         # over the parts they are in, not a mask and a sort per part: a third of this step's
         # time with four parts. Without pending rows the candidates are seldom alike: a set
-        # tells, and the sort is skipped (20 µs).
+        # tells, and the sort is skipped.
         cand = np.concatenate([graph_ids[pos], pending]) if len(pending) else graph_ids[pos]
         cand_codes = (np.concatenate([graph_codes[pos], pending_codes]) if len(pending)
                       else graph_codes[pos])
@@ -1192,11 +1190,10 @@ class _Halves:
     answers like one graph (`search`, `add`, `train`, `ntotal`) and the rest of
     `GraphIndex` (node positions, tombstones, the inverted file, calibration) is unchanged.
 
-    On overlapping clusters at 100k one graph needed efSearch 96 for recall@5 0.99 (0.994,
-    1122 µs); the two halves at efSearch 64 each held 0.995 in 827 µs walked at once (922
-    one after the other): two walks from two entry points miss less than one walk half as
-    deep again, on data whose near rows crowd each other's links. Handing a half to the
-    other thread costs ~65 µs each way on a virtual machine (bench/results/NOTES.md, 17)."""
+    On overlapping clusters one graph needed a deeper search for the recall target than the
+    two halves walked at once: two walks from two entry points miss less than one walk half
+    as deep again, on data whose near rows crowd each other's links. Handing a half to the
+    other thread has a cost of its own (bench/results/NOTES.md, finding 17)."""
 
     def __init__(self, halves: tuple[Half, ...]):
         self.halves = halves
@@ -1389,8 +1386,8 @@ class _Replaced(Exception):
 
 
 def _trim_heap() -> None:
-    """Give freed heap pages back to the OS (glibc keeps the chunks a re-encode freed, about
-    12 MB per 100k rows, as this process's memory otherwise). A no-op elsewhere."""
+    """Give freed heap pages back to the OS (glibc keeps the chunks a re-encode freed as this
+    process's memory otherwise: bench/results/NOTES.md, finding 19). A no-op elsewhere."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -1421,7 +1418,8 @@ def _storage_fits(graph: faiss.Index, storage: faiss.Index) -> bool:
 @functools.lru_cache(maxsize=256)
 def _hnsw_params(ef: int) -> faiss.SearchParameters:
     """HNSW search parameters (faiss's stubs know neither the class nor its keywords), one
-    object per efSearch: making one cost a query about 8 µs, and a search only reads it."""
+    object per efSearch: making one is a noticeable part of a query (finding 19), and a
+    search only reads it."""
     params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
     params.efSearch = ef
     return params

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from memory_node.core.vectors.faiss_index import GraphIndex
 
-log = logging.getLogger("memory_node.index")
+log = logging.getLogger(__name__)
 
 
 class GraphWorker:

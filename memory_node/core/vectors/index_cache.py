@@ -46,7 +46,7 @@ from memory_node.core.store.vector_files import DIR_NAME, fsync_dir
 from memory_node.core.vectors.exact import ExactIndex
 from memory_node.core.vectors.faiss_index import GraphIndex, Half, read_graph
 
-log = logging.getLogger("memory_node.index")
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (model_id, stream)
 # What a persist writes of one key, taken under the registry's lock: (key, index, then its
