@@ -37,7 +37,7 @@ _FOLDER_MARKS = {"ros": {"ros"}, "e2e": {"e2e", "ros"}, "fleet": {"fleet"}}
 _ROS_FILES = {"agent/test_ros_client.py", "test_interfaces.py"}  # nodes without ros_process
 # slow: runs of ten seconds or more on an idle 2-core machine (files, or single tests).
 _SLOW = {"e2e/test_soak.py", "e2e/test_import_e2e.py", "bench/test_bench_smoke.py",
-         "bench/test_import_bench_smoke.py",
+         "bench/test_import_bench_smoke.py", "bench/test_week_bench_smoke.py",
          "e2e/test_full_disk_recording.py",  # memory-node on a tmpfs that fills (~40 s)
          "ros/test_full_disk_import.py",  # three imports, one into a full tmpfs (~25 s)
          "core/test_index_startup.py",  # a store over the graph threshold, per test module
