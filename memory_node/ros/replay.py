@@ -146,8 +146,10 @@ class Replayer:
 
             self.clock_pub = node.create_publisher(Clock, "/clock", 10)
         self.published = 0
+        self.not_published = 0  # messages the middleware refused every time (see _send)
         self.loops = 0
         self._static: dict[str, Any] = {}
+        self._log = node.get_logger()
 
     def _publisher(self, topic: str) -> Any:
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -190,10 +192,28 @@ class Replayer:
             for ts in msg.transforms:
                 self._static[ts.child_frame_id] = ts
             msg.transforms = list(self._static.values())
-            self.publishers[topic].publish(msg)
+            self._send(topic, msg)
         else:
-            self.publishers[topic].publish(bytes(raw))
-        self.published += 1
+            self._send(topic, bytes(raw))
+
+    def _send(self, topic: str, msg: Any) -> None:
+        """Publish, trying again a few times when the middleware refuses: a reliable writer
+        whose history is full of samples a slow subscriber has not acknowledged fails after
+        a short block ("cannot publish data"). A message refused every time is counted and
+        said, and the replay goes on, as a player does: one slow node ends no replay."""
+        for attempt in range(PUBLISH_TRIES):
+            try:
+                self.publishers[topic].publish(msg)
+                self.published += 1
+                return
+            except RuntimeError as exc:  # rclpy's RCLError
+                if attempt + 1 < PUBLISH_TRIES:
+                    time.sleep(PUBLISH_RETRY_S)
+                    continue
+                self.not_published += 1
+                if self.not_published == 1:
+                    self._log.warning(f"{topic}: a message was not published ({exc}); the "
+                                      "replay goes on (a subscriber too slow to keep up?)")
 
     def run(self) -> int:
         if self.wait_subscribers_s > 0:
@@ -269,6 +289,11 @@ class Replayer:
                 pass
 
 
+# A refused publish is tried this many times, this far apart, before the message is dropped.
+PUBLISH_TRIES = 5
+PUBLISH_RETRY_S = 0.05
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memory-replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -303,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
                            clock=not args.no_clock, progress=sys.stderr.isatty(),
                            wait_subscribers_s=args.wait_subscribers)
             n = rep.run()
+            dropped = (f"; {rep.not_published} refused by the middleware and not published"
+                       if rep.not_published else "")
             print(f"memory-replay: published {n} messages from {args.bag} "
-                  f"({rep.loops} pass(es), rate {args.rate:g})", flush=True)
+                  f"({rep.loops} pass(es), rate {args.rate:g}){dropped}", flush=True)
         finally:
             node.destroy_node()
             rclpy.try_shutdown()

@@ -266,6 +266,9 @@ def test_graph_cached_with_other_settings_is_rebuilt_and_said(tmp_path, caplog):
     for text in texts:
         eng.save(text)
     want = call(eng.search, '{"semantic_query": "a blue door", "k": 3}')["results"]
+    # The graph is built in the background: on a loaded host a close before it is done
+    # caches no graph, and there is nothing for the next start to find unusable.
+    assert eng.indexes.wait_for_graphs(60)
     eng.close()
     with caplog.at_level("WARNING", logger="memory_node.core"):
         eng = make_engine(root, hnsw_min_rows=5, hnsw_storage="sq8")

@@ -216,3 +216,15 @@ def test_cli_exit_codes_and_listening_node_unaffected(bags, tmp_path, ros_proces
     assert cli.popen.wait(60) == 0
     assert json.loads(cli.output.strip().splitlines()[-1])["ok"] is True
     assert server.poll() is None
+
+
+def test_a_publish_the_middleware_refuses_is_counted_and_the_replay_goes_on(bags, node):
+    """A publisher whose middleware call fails (its handle destroyed here: rclpy raises the
+    same RCLError as a reliable writer that gave up waiting for a slow subscriber) drops
+    that topic's messages, counted and said once; the other topics and /clock play to the end
+    (the full suite under load once ended a replay on one "cannot publish data")."""
+    rep = Replayer(node, bags[0], rate=8.0, topics=["/odom", "/tf"], duration_s=1.0)
+    node.destroy_publisher(rep.publishers["/odom"])
+    n = rep.run()
+    assert rep.not_published >= 15  # ~20 Hz odometry for 1 s, each refused 5 times
+    assert n >= 15  # /tf still played through
