@@ -2,6 +2,7 @@
 
     python -m bench.week_bench                       # 7 days (the figures in BENCHMARKS.md)
     python -m bench.week_bench --days 1 --queries 30 # a day, in a few minutes
+    python -m bench.week_bench --budget-mb 500 --queries 40  # the week under a disk budget
 
 The store is written through the core ingest the recorder and memory-import use
 (`MemoryEngine.add_camera_frames`, `add_lidar_scan`, `add_observation`, and `save` for the
@@ -450,9 +451,10 @@ def report(res: dict[str, Any]) -> str:
              f"every {MAX_INTERVAL_S:g} s; {res['active_hours']} one-hour patrols a day round a "
              "12 m x 8 m loop at 0.8 m/s, a note every 15 min of patrol. Camera 64x48 JPEG "
              "(views of the simulated flat), lidar 300 points: the rows, poses, views and "
-             "vectors of a full-size camera, smaller blobs. No disk budget (not on this "
-             "branch): every row is kept. At each age a fresh process opens the store (its "
-             "index cache written by the writer's close) and asks each kind "
+             "vectors of a full-size camera, smaller blobs. No disk budget (the next "
+             "section is the same week under one): every row is kept. At each age a fresh "
+             "process opens the store (its index cache written by the writer's close) and "
+             "asks each kind "
              f"{res['queries']} times (after {res.get('warm_up', 3)} warm-up queries: each "
              "query text embedded once), points on the loop. The ages "
              "(hours " + ", ".join(f"{h:g}" for h in res["hours"]) + ") end with the first "
