@@ -36,6 +36,7 @@ from memory_node.core.engine import MemoryEngine
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.core.recorder_settings import with_robot_prefix
+from memory_node.core.streams import stream_kinds
 from memory_node.ros import params
 from memory_node.ros.common import (
     MaskedLogging,
@@ -52,6 +53,19 @@ def _type_name(msg_type: Any) -> str:
     """'sensor_msgs/msg/Image' for the class, as the ROS graph names types."""
     module = msg_type.__module__.split(".")
     return f"{module[0]}/{module[1]}/{msg_type.__name__}"
+
+
+def message_class(type_name: str) -> Any:
+    """The rclpy message class of 'sensor_msgs/msg/Range' (a registered stream's type), or
+    ParameterError saying which package to install."""
+    import importlib
+
+    package, _, name = type_name.replace("/msg/", "/").partition("/")
+    try:
+        return getattr(importlib.import_module(f"{package}.msg"), name)
+    except (ImportError, AttributeError):
+        raise params.ParameterError(f"message type {type_name} is not importable: is its "
+                                    "package installed and sourced?") from None
 
 
 def front_video_type() -> Any:
@@ -96,6 +110,11 @@ class MemoryRecorder(MaskedLogging, Node):
         super().__init__(node_name, **kwargs)
         cfg = params.declare(self, params.RECORDER_PARAMS)
         cfg.update(params.declare(self, params.POSE_PARAMS))
+        # Registered (not built-in) stream kinds: each one's topic parameter (core/streams.py).
+        extra = [k for k in stream_kinds() if not k.builtin]
+        for kind in extra:
+            cfg[kind.topic_param] = self.declare_parameter(kind.topic_param,
+                                                           kind.topic_default).value
         cfg = with_robot_prefix(cfg)
         declare_engine_params(self)
         params.warn_unknown(self)
@@ -148,6 +167,11 @@ class MemoryRecorder(MaskedLogging, Node):
                       sensor_qos),
             "odom": (cfg["odom_topic"], Odometry, self._on_odom, 50),
         }
+        for kind in extra:
+            subscriptions[kind.name] = (
+                cfg[kind.topic_param], message_class(kind.message_types[0]),
+                lambda m, name=kind.name: self._on_sensor(name, m),
+                sensor_qos if kind.qos == "sensor" else 10)
         self.watches: dict[str, TopicWatch | None] = {}
         for stream, (topic, msg_type, callback, qos) in subscriptions.items():
             if not topic:  # an empty topic turns the stream off

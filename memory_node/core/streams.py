@@ -1,0 +1,96 @@
+"""Sensor stream kinds described as data: one registry the recorder's policy reads.
+
+Each `StreamKind` says once what a stream is: its ROS message type names (strings, so the core
+imports no middleware), the recorder parameter naming its topic and that topic's default, the
+QoS profile it is subscribed with, whether the keyframe gate applies, the tags it produces and
+how a kept message becomes a stored row. The built-in kinds (camera, lidar, odom) keep their
+own storing paths in core/recorder.py (batched frame embedding, scan voxels, odometry speed);
+any other registered kind is stored generically: its `to_row` turns a kept message into tags
+and a text, and the row is stored with the pose the policy resolved.
+
+Adding a sensor stream: write its decoder (a function of the deserialized message) and
+`register_stream(StreamKind(...))`; the recorder policy then counts, gates, poses and stores
+it, live and offline (see test/core/test_stream_registry.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# A kept message → (tags, text) of its stored row. The text is embedded when not empty.
+RowDecoder = Callable[[Any], tuple[dict[str, Any], str]]
+
+
+@dataclass(frozen=True)
+class StreamKind:
+    """One sensor stream kind (see the module docstring)."""
+
+    name: str  # the stored rows' stream name
+    message_types: tuple[str, ...]  # ROS type names, e.g. "sensor_msgs/msg/Range"
+    topic_param: str  # the recorder parameter naming its topic
+    topic_default: str
+    qos: str = "sensor"  # "sensor" (best effort) or "reliable"
+    gated: bool = True  # the keyframe gate (distance, yaw, interval) thins it
+    tags: tuple[str, ...] = ()  # the tag names its rows carry
+    to_row: RowDecoder | None = None  # None: a built-in kind stored by core/recorder.py
+    builtin: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not all(c.isalnum() or c in "_-" for c in self.name):
+            raise ValueError(f"stream name {self.name!r} must be letters, digits, '_' or '-'")
+        if not self.message_types:
+            raise ValueError(f"stream {self.name!r} needs at least one message type")
+        if self.qos not in ("sensor", "reliable"):
+            raise ValueError(f"stream {self.name!r}: qos must be 'sensor' or 'reliable'")
+        if not self.builtin and self.to_row is None:
+            raise ValueError(f"stream {self.name!r} needs a to_row decoder")
+
+
+BUILTIN_STREAMS: tuple[StreamKind, ...] = (
+    StreamKind("camera", ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"),
+               "camera_topic", "/camera/image_raw", builtin=True),
+    StreamKind("lidar", ("sensor_msgs/msg/PointCloud2",), "lidar_topic", "/lidar/points",
+               tags=("frame", "max_range", "mean_range"), builtin=True),
+    StreamKind("odom", ("nav_msgs/msg/Odometry",), "odom_topic", "/odom",
+               tags=("speed",), builtin=True),
+)
+
+_REGISTRY: dict[str, StreamKind] = {k.name: k for k in BUILTIN_STREAMS}
+
+
+def register_stream(kind: StreamKind) -> StreamKind:
+    """Add a stream kind; a name already registered (a built-in above all) is refused."""
+    if kind.name in _REGISTRY:
+        raise ValueError(f"stream {kind.name!r} is already registered")
+    if kind.builtin:
+        raise ValueError("only core/streams.py defines built-in streams")
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+def unregister_stream(name: str) -> None:
+    """Remove a registered (not built-in) stream kind; an unknown name is a no-op."""
+    kind = _REGISTRY.get(name)
+    if kind is not None and kind.builtin:
+        raise ValueError(f"stream {name!r} is built in")
+    _REGISTRY.pop(name, None)
+
+
+def stream_kind(name: str) -> StreamKind:
+    """The registered kind `name` (KeyError names the registered ones)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown stream {name!r} (one of {', '.join(_REGISTRY)})") from None
+
+
+def stream_kinds() -> tuple[StreamKind, ...]:
+    """Every registered kind, built-ins first, in registration order."""
+    return tuple(_REGISTRY.values())
+
+
+def sensor_stream_names() -> tuple[str, ...]:
+    """The names of every registered sensor stream."""
+    return tuple(_REGISTRY)
