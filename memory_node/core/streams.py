@@ -91,6 +91,15 @@ def stream_kinds() -> tuple[StreamKind, ...]:
     return tuple(_REGISTRY.values())
 
 
+def stream_topic_params() -> dict[str, tuple[Any, str]]:
+    """The topic parameters of the registered (not built-in) kinds, as
+    core.recorder_settings describes parameters: name -> (default, description). The
+    recorder node declares them and memory-import reads them from the parameter file."""
+    return {k.topic_param: (k.topic_default, f"{' or '.join(k.message_types)}: the {k.name} "
+                            "stream ('' = off)")
+            for k in _REGISTRY.values() if not k.builtin}
+
+
 def sensor_stream_names() -> tuple[str, ...]:
     """The names of every registered sensor stream."""
     return tuple(_REGISTRY)

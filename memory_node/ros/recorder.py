@@ -36,7 +36,7 @@ from memory_node.core.engine import MemoryEngine
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.core.recorder_settings import with_robot_prefix
-from memory_node.core.streams import stream_kinds
+from memory_node.core.streams import stream_kinds, stream_topic_params
 from memory_node.ros import params
 from memory_node.ros.common import (
     MaskedLogging,
@@ -112,9 +112,7 @@ class MemoryRecorder(MaskedLogging, Node):
         cfg.update(params.declare(self, params.POSE_PARAMS))
         # Registered (not built-in) stream kinds: each one's topic parameter (core/streams.py).
         extra = [k for k in stream_kinds() if not k.builtin]
-        for kind in extra:
-            cfg[kind.topic_param] = self.declare_parameter(kind.topic_param,
-                                                           kind.topic_default).value
+        cfg.update(params.declare(self, stream_topic_params()))
         cfg = with_robot_prefix(cfg)
         declare_engine_params(self)
         params.warn_unknown(self)

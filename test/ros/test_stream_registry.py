@@ -87,8 +87,8 @@ def test_a_registered_stream_is_recorded_live_by_the_recorder_node(range_stream,
 
     engine = make_engine(tmp_path / "mem")
     ctx = rclpy.Context()
-    rclpy.init(args=["--ros-args", "-p", "tf_wait_s:=0.2", "-p", "min_distance:=0.01"],
-               context=ctx)
+    rclpy.init(args=["--ros-args", "-p", "tf_wait_s:=0.2", "-p", "min_distance:=0.01",
+                     "-p", "range_topic:=/front_range"], context=ctx)
     rec = MemoryRecorder(engine=engine, context=ctx)
     pub_node = rclpy.create_node("range_driver", context=ctx)
     executor = SingleThreadedExecutor(context=ctx)
@@ -97,11 +97,11 @@ def test_a_registered_stream_is_recorded_live_by_the_recorder_node(range_stream,
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     try:
-        assert rec.watches["range"] is not None and rec.watches["range"].topic == "/range"
+        assert rec.watches["range"] is not None and rec.watches["range"].topic == "/front_range"
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT)
         odom_pub = pub_node.create_publisher(Odometry, "/odom", 50)
-        range_pub = pub_node.create_publisher(Range, "/range", qos)
-        wait_until(lambda: rec.count_publishers("/range") and rec.count_publishers("/odom"),
+        range_pub = pub_node.create_publisher(Range, "/front_range", qos)
+        wait_until(lambda: rec.count_publishers("/front_range") and rec.count_publishers("/odom"),
                    "the driver's publishers", timeout=10)
         t0 = time.time()
         for i in range(6):  # the robot's path first: each reading's pose is known on arrival
@@ -130,7 +130,7 @@ def test_a_registered_stream_is_recorded_live_by_the_recorder_node(range_stream,
 
 
 def _write_bag(path: Path) -> None:
-    """Odometry and range readings, 10 Hz for 3 s, in an MCAP bag (rosbags, as ros2 bag)."""
+    """Odometry and range readings (on /front_range), 10 Hz for 3 s, in an MCAP bag."""
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
 
@@ -139,7 +139,7 @@ def _write_bag(path: Path) -> None:
     writer.open()
     try:
         odom = writer.add_connection("/odom", "nav_msgs/msg/Odometry", typestore=ts)
-        rng = writer.add_connection("/range", "sensor_msgs/msg/Range", typestore=ts)
+        rng = writer.add_connection("/front_range", "sensor_msgs/msg/Range", typestore=ts)
         for i in range(30):
             t = T0 + 0.1 * i
             writer.write(odom, int(t * 1e9), serialize_message(_odom(0.1 * i, t)))
@@ -154,10 +154,13 @@ def test_a_registered_stream_is_imported_from_a_bag(range_stream, tmp_path, caps
 
     _write_bag(tmp_path / "bag")
     memory = tmp_path / "memory"
+    config = tmp_path / "robot.yaml"  # the new stream's topic parameter, set as any other
+    config.write_text("memory_recorder:\n  ros__parameters:\n    range_topic: /front_range\n")
     code = bag_import.main([str(tmp_path / "bag"), "--memory-dir", str(memory),
-                            "--threads", "1"])
+                            "--config", str(config), "--threads", "1"])
     out = capsys.readouterr()
     assert code == 0, out.err
+    assert "unknown parameter" not in out.err
     assert "range" in out.out.splitlines()[-1]  # the summary counts the new stream
     got = _range_rows(memory / "memory.db")
     # the keyframe gate thins it as any sensor stream; each row kept is posed
