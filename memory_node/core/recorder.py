@@ -488,13 +488,9 @@ class RecorderPolicy:
                     self.engine.add_lidar_scan(j.t, j.pose, pts, tags=self._scan_tags(j, pts))
                     self.counters["lidar"].stored += 1
                     self._stored_again()
-                elif j.stream == "odom":
-                    self.engine.add_observation("odom", j.t, j.pose, dict(j.tags))
-                    self.counters["odom"].stored += 1
-                    self._stored_again()
-                else:  # a registered kind: its decoder gives the row (core/streams.py)
+                else:  # odometry, a registered kind: its decoder gives the row
                     decode = stream_kind(j.stream).to_row
-                    assert decode is not None  # only built-ins have none
+                    assert decode is not None  # only camera and lidar have none
                     tags, text = decode(j.msg)
                     self.engine.add_observation(j.stream, j.t, j.pose, dict(j.tags) | tags,
                                                 text=text)

@@ -3,9 +3,9 @@
 Each `StreamKind` says once what a stream is: its ROS message type names (strings, so the core
 imports no middleware), the recorder parameter naming its topic and that topic's default, the
 QoS profile it is subscribed with, whether the keyframe gate applies, the tags it produces and
-how a kept message becomes a stored row. The built-in kinds (camera, lidar, odom) keep their
-own storing paths in core/recorder.py (batched frame embedding, scan voxels, odometry speed);
-any other registered kind is stored generically: its `to_row` turns a kept message into tags
+how a kept message becomes a stored row. Camera and lidar keep their own storing paths in
+core/recorder.py (batched frame embedding and views, scan voxels and ranges); odometry and
+every registered kind are stored generically: its `to_row` turns a kept message into tags
 and a text, and the row is stored with the pose the policy resolved.
 
 Adding a sensor stream: write its decoder (a function of the deserialized message) and
@@ -34,7 +34,7 @@ class StreamKind:
     qos: str = "sensor"  # "sensor" (best effort) or "reliable"
     gated: bool = True  # the keyframe gate (distance, yaw, interval) thins it
     tags: tuple[str, ...] = ()  # the tag names its rows carry
-    to_row: RowDecoder | None = None  # None: a built-in kind stored by core/recorder.py
+    to_row: RowDecoder | None = None  # None: a built-in kind core/recorder.py stores itself
     builtin: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -53,8 +53,10 @@ BUILTIN_STREAMS: tuple[StreamKind, ...] = (
                "camera_topic", "/camera/image_raw", builtin=True),
     StreamKind("lidar", ("sensor_msgs/msg/PointCloud2",), "lidar_topic", "/lidar/points",
                tags=("frame", "max_range", "mean_range"), builtin=True),
-    StreamKind("odom", ("nav_msgs/msg/Odometry",), "odom_topic", "/odom",
-               tags=("speed",), builtin=True),
+    # Odometry's speed tag is measured on arrival (RecorderPolicy.receive_odom); its row is
+    # otherwise the generic one, with no text.
+    StreamKind("odom", ("nav_msgs/msg/Odometry",), "odom_topic", "/odom", qos="reliable",
+               tags=("speed",), to_row=lambda _msg: ({}, ""), builtin=True),
 )
 
 _REGISTRY: dict[str, StreamKind] = {k.name: k for k in BUILTIN_STREAMS}

@@ -42,7 +42,6 @@ from memory_node.ros.replay import ReplayError, open_reader
 STREAMS = ("camera", "lidar", "odom")  # built in; registered kinds: core/streams.py
 TF_TOPICS = ("/tf", "/tf_static")
 IMAGE, COMPRESSED = "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"
-CLOUD, ODOMETRY = "sensor_msgs/msg/PointCloud2", "nav_msgs/msg/Odometry"
 TF_TYPE = "tf2_msgs/msg/TFMessage"
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 # Key prefix of the store's meta table: one entry per finished import (bags, selection and
@@ -134,11 +133,9 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
     if settings.get(FRONT_VIDEO.topic_param):  # the Go2's front video, before both
         camera = StreamTopic("camera", settings[FRONT_VIDEO.topic_param],
                              (FRONT_VIDEO.msg_type,), FRONT_VIDEO.kind)
-    streams = {"camera": camera,
-               "lidar": StreamTopic("lidar", settings["lidar_topic"], (CLOUD,)),
-               "odom": StreamTopic("odom", settings["odom_topic"], (ODOMETRY,))}
-    for kind in stream_kinds():  # registered kinds, read as the live recorder subscribes
-        if not kind.builtin:
+    streams = {"camera": camera}
+    for kind in stream_kinds():  # the others as core/streams.py describes them
+        if kind.name != "camera":
             streams[kind.name] = StreamTopic(
                 kind.name, settings.get(kind.topic_param, kind.topic_default),
                 kind.message_types)

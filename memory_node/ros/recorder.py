@@ -55,6 +55,10 @@ def _type_name(msg_type: Any) -> str:
     return f"{module[0]}/{module[1]}/{msg_type.__name__}"
 
 
+# The queue depth of a stream subscribed reliably (odometry: the pose fallback's history).
+RELIABLE_DEPTH = 50
+
+
 def message_class(type_name: str) -> Any:
     """The rclpy message class of 'sensor_msgs/msg/Range' (a registered stream's type), or
     ParameterError saying which package to install."""
@@ -111,7 +115,6 @@ class MemoryRecorder(MaskedLogging, Node):
         cfg = params.declare(self, params.RECORDER_PARAMS)
         cfg.update(params.declare(self, params.POSE_PARAMS))
         # Registered (not built-in) stream kinds: each one's topic parameter (core/streams.py).
-        extra = [k for k in stream_kinds() if not k.builtin]
         cfg.update(params.declare(self, stream_topic_params()))
         cfg = with_robot_prefix(cfg)
         declare_engine_params(self)
@@ -144,8 +147,7 @@ class MemoryRecorder(MaskedLogging, Node):
         reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         sensor_qos = QoSProfile(depth=10, reliability=reliability)
-        from nav_msgs.msg import Odometry
-        from sensor_msgs.msg import CompressedImage, Image, PointCloud2
+        from sensor_msgs.msg import CompressedImage, Image
 
         compressed = cfg["use_compressed"]
         # stream: (topic, message class, callback, QoS)
@@ -160,16 +162,15 @@ class MemoryRecorder(MaskedLogging, Node):
         if self.front_video is not None:
             subscriptions["camera"] = (cfg["front_video_topic"], front_video_type(),
                                        self._on_front_video, sensor_qos)
-        subscriptions |= {
-            "lidar": (cfg["lidar_topic"], PointCloud2, lambda m: self._on_sensor("lidar", m),
-                      sensor_qos),
-            "odom": (cfg["odom_topic"], Odometry, self._on_odom, 50),
-        }
-        for kind in extra:
+        # Every other stream as core/streams.py describes it (odometry also feeds the poses).
+        for kind in stream_kinds():
+            if kind.name == "camera":
+                continue
             subscriptions[kind.name] = (
                 cfg[kind.topic_param], message_class(kind.message_types[0]),
-                lambda m, name=kind.name: self._on_sensor(name, m),
-                sensor_qos if kind.qos == "sensor" else 10)
+                self._on_odom if kind.name == "odom"
+                else (lambda m, name=kind.name: self._on_sensor(name, m)),
+                sensor_qos if kind.qos == "sensor" else RELIABLE_DEPTH)
         self.watches: dict[str, TopicWatch | None] = {}
         for stream, (topic, msg_type, callback, qos) in subscriptions.items():
             if not topic:  # an empty topic turns the stream off
