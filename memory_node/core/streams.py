@@ -15,9 +15,11 @@ it, live and offline (see test/core/test_stream_registry.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from memory_node.core.front_video import FRONT_VIDEO
 
 # A kept message → (tags, text) of its stored row. The text is embedded when not empty.
 RowDecoder = Callable[[Any], tuple[dict[str, Any], str]]
@@ -49,8 +51,10 @@ class StreamKind:
 
 
 BUILTIN_STREAMS: tuple[StreamKind, ...] = (
-    StreamKind("camera", ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"),
-               "camera_topic", "/camera/image_raw", builtin=True),
+    # The camera has three sources; `camera_feed` picks the one the settings name.
+    StreamKind("camera", ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
+                          FRONT_VIDEO.msg_type), "camera_topic", "/camera/image_raw",
+               builtin=True),
     StreamKind("lidar", ("sensor_msgs/msg/PointCloud2",), "lidar_topic", "/lidar/points",
                tags=("frame", "max_range", "mean_range"), builtin=True),
     # Odometry's speed tag is measured on arrival (RecorderPolicy.receive_odom); its row is
@@ -58,6 +62,28 @@ BUILTIN_STREAMS: tuple[StreamKind, ...] = (
     StreamKind("odom", ("nav_msgs/msg/Odometry",), "odom_topic", "/odom", qos="reliable",
                tags=("speed",), to_row=lambda _msg: ({}, ""), builtin=True),
 )
+
+@dataclass(frozen=True)
+class CameraFeed:
+    """The camera stream's source the settings pick: its topic, message type and the
+    recorder's job kind ("raw" Image, "compressed" CompressedImage, or the front video's)."""
+
+    topic: str
+    message_type: str
+    kind: str
+
+
+def camera_feed(settings: Mapping[str, Any]) -> CameraFeed:
+    """The Go2's front video when `front_video_topic` is set, else the compressed topic with
+    `use_compressed`, else the Image topic: the one choice the node and memory-import make."""
+    if settings.get(FRONT_VIDEO.topic_param):
+        return CameraFeed(settings[FRONT_VIDEO.topic_param], FRONT_VIDEO.msg_type,
+                          FRONT_VIDEO.kind)
+    if settings["use_compressed"]:
+        return CameraFeed(settings["compressed_topic"], "sensor_msgs/msg/CompressedImage",
+                          "compressed")
+    return CameraFeed(settings["camera_topic"], "sensor_msgs/msg/Image", "raw")
+
 
 _REGISTRY: dict[str, StreamKind] = {k.name: k for k in BUILTIN_STREAMS}
 

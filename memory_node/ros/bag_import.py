@@ -36,12 +36,11 @@ from memory_node.core.camera_info import camera_info_topic
 from memory_node.core.disk import DISK_FULL, DISK_RESERVE, disk_full_text, is_disk_full
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.secrets import mask_log_handlers
-from memory_node.core.streams import sensor_stream_names, stream_kinds
+from memory_node.core.streams import camera_feed, sensor_stream_names, stream_kinds
 from memory_node.ros.replay import ReplayError, open_reader
 
 STREAMS = ("camera", "lidar", "odom")  # built in; registered kinds: core/streams.py
 TF_TOPICS = ("/tf", "/tf_static")
-IMAGE, COMPRESSED = "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"
 TF_TYPE = "tf2_msgs/msg/TFMessage"
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 # Key prefix of the store's meta table: one entry per finished import (bags, selection and
@@ -127,12 +126,9 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
         if missing:
             raise ImportError_(f"topic(s) not in the bag: {', '.join(missing)}; the bag has "
                                f"{', '.join(sorted(found))}")
-    camera = (StreamTopic("camera", settings["compressed_topic"], (COMPRESSED,), "compressed")
-              if settings["use_compressed"]
-              else StreamTopic("camera", settings["camera_topic"], (IMAGE,)))
-    if settings.get(FRONT_VIDEO.topic_param):  # the Go2's front video, before both
-        camera = StreamTopic("camera", settings[FRONT_VIDEO.topic_param],
-                             (FRONT_VIDEO.msg_type,), FRONT_VIDEO.kind)
+    feed = camera_feed(settings)
+    camera = StreamTopic("camera", feed.topic, (feed.message_type,),
+                         "" if feed.kind == "raw" else feed.kind)
     streams = {"camera": camera}
     for kind in stream_kinds():  # the others as core/streams.py describes them
         if kind.name != "camera":

@@ -36,7 +36,7 @@ from memory_node.core.engine import MemoryEngine
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.core.recorder_settings import with_robot_prefix
-from memory_node.core.streams import stream_kinds, stream_topic_params
+from memory_node.core.streams import camera_feed, stream_kinds, stream_topic_params
 from memory_node.ros import params
 from memory_node.ros.common import (
     MaskedLogging,
@@ -147,21 +147,19 @@ class MemoryRecorder(MaskedLogging, Node):
         reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         sensor_qos = QoSProfile(depth=10, reliability=reliability)
-        from sensor_msgs.msg import CompressedImage, Image
-
-        compressed = cfg["use_compressed"]
         # stream: (topic, message class, callback, QoS)
-        subscriptions: dict[str, tuple[str, Any, Any, QoSProfile | int]] = {
-            "camera": (cfg["compressed_topic"] if compressed else cfg["camera_topic"],
-                       CompressedImage if compressed else Image,
-                       lambda m: self._on_sensor("camera", m, "compressed" if compressed
-                                                 else "raw"), sensor_qos),
-        }
-        # The Go2's front video (unitree_ros2), when set, is the camera's source instead.
+        subscriptions: dict[str, tuple[str, Any, Any, QoSProfile | int]] = {}
+        # The camera's source (core/streams.py's camera_feed): Image, CompressedImage or the
+        # Go2's front video (unitree_ros2), decoded here on arrival.
+        feed = camera_feed(cfg)
         self.front_video = front_video_receiver(cfg, self.policy, self.get_logger().warning)
         if self.front_video is not None:
-            subscriptions["camera"] = (cfg["front_video_topic"], front_video_type(),
-                                       self._on_front_video, sensor_qos)
+            subscriptions["camera"] = (feed.topic, front_video_type(), self._on_front_video,
+                                       sensor_qos)
+        else:
+            subscriptions["camera"] = (feed.topic, message_class(feed.message_type),
+                                       lambda m: self._on_sensor("camera", m, feed.kind),
+                                       sensor_qos)
         # Every other stream as core/streams.py describes it (odometry also feeds the poses).
         for kind in stream_kinds():
             if kind.name == "camera":
