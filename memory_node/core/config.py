@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_STREAMS = ("camera", "lidar", "odom", "events", "summaries")
-SENSOR_STREAMS = ("camera", "lidar", "odom")
+from memory_node.core.streams import BUILTIN_STREAMS
+
+SENSOR_STREAMS = tuple(k.name for k in BUILTIN_STREAMS)  # camera, lidar, odom
 NOTE_STREAMS = ("events", "summaries")
+DEFAULT_STREAMS = (*SENSOR_STREAMS, *NOTE_STREAMS)
 
 
 # The fewest principal axes a graph may walk (hnsw_dims); as the graph index's.

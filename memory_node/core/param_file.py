@@ -18,6 +18,7 @@ import yaml
 from memory_node.core import parameters as params
 from memory_node.core.config import MemoryConfig
 from memory_node.core.recorder_settings import recorder_settings
+from memory_node.core.streams import stream_topic_params
 
 # The nodes of memory-node and the tables each one declares (ros/main.py): the TF listener
 # reads the pose parameters, the recorder its own and the pose ones, the server the engine's.
@@ -103,7 +104,7 @@ def load(path: Path | None, overrides: dict[str, Any] | None = None
     sections = read_sections(path) if path is not None else {}
     extra = dict(overrides or {})
     recorder = convert_table(node_values(sections, RECORDER_NODE) | extra,
-                             params.RECORDER_PARAMS)
+                             params.RECORDER_PARAMS | stream_topic_params())
     # In memory-node the pose parameters are read by the TF listener the recorder shares.
     recorder |= convert_table(node_values(sections, LISTENER_NODE) | extra, params.POSE_PARAMS)
     # As the policy sees them: robot_prefix applied to the topics and the robot's frames.

@@ -18,6 +18,7 @@ from typing import Any
 
 from memory_node.core.config import ConfigError, MemoryConfig, coerce_value
 from memory_node.core.recorder_settings import POSE_PARAMS, RECORDER_CHOICES, RECORDER_PARAMS
+from memory_node.core.streams import stream_topic_params
 
 # Parameters whose "unset" value lets the environment fallback of MemoryConfig apply.
 ENGINE_UNSET = {"memory_dir": "", "onnx_threads": 0}
@@ -65,7 +66,7 @@ def engine_param_table() -> dict[str, tuple[Any, str]]:
 
 def known_names() -> set[str]:
     return (set(engine_param_table()) | set(POSE_PARAMS) | set(RECORDER_PARAMS)
-            | set(SERVER_PARAMS) | ROS_PARAMS)
+            | set(stream_topic_params()) | set(SERVER_PARAMS) | ROS_PARAMS)
 
 
 def names_by_node(tf_listener: str) -> dict[str, set[str]]:
@@ -73,7 +74,8 @@ def names_by_node(tf_listener: str) -> dict[str, set[str]]:
     listener named `tf_listener`)."""
     engine = set(engine_param_table())
     return {"memory_server": engine | set(POSE_PARAMS) | set(SERVER_PARAMS) | ROS_PARAMS,
-            "memory_recorder": engine | set(POSE_PARAMS) | set(RECORDER_PARAMS) | ROS_PARAMS,
+            "memory_recorder": (engine | set(POSE_PARAMS) | set(RECORDER_PARAMS)
+                                | set(stream_topic_params()) | ROS_PARAMS),
             tf_listener: set(POSE_PARAMS) | ROS_PARAMS}
 
 

@@ -43,12 +43,13 @@ from memory_node.core.ingest import CameraFrame
 from memory_node.core.pose_history import Logger, PoseHistory, default_logger
 from memory_node.core.recorder_settings import recorder_settings
 from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
+from memory_node.core.streams import BUILTIN_STREAMS, sensor_stream_names, stream_kind
 from memory_node.core.types import Pose, View
 from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
 from memory_node.wire.geometry import stamp_to_seconds
 from memory_node.wire.tf_buffer import Transform, TransformError
 
-STREAMS = ("camera", "lidar", "odom")
+STREAMS = tuple(k.name for k in BUILTIN_STREAMS)  # the built-in kinds (core/streams.py)
 # A full disk or the disk reserve is logged at most once per this many seconds.
 DISK_LOG_PERIOD_S = 60.0
 
@@ -148,9 +149,11 @@ class RecorderPolicy:
         self.clock = clock or poses.clock
         self.wall = poses.wall
         self.log = logger or default_logger(__name__)
-        self.counters = {s: StreamCounters() for s in STREAMS}
+        # Every stream registered when the policy is made (core/streams.py).
+        self.streams = sensor_stream_names()
+        self.counters = {s: StreamCounters() for s in self.streams}
         self.gates = {s: KeyframeGate(cfg["min_distance"], cfg["min_yaw"], cfg["max_interval"])
-                      for s in STREAMS}
+                      for s in self.streams}
         self.gates["camera"].min_view_change = cfg["min_view_change"]
         self.gates["camera"].min_view_interval = cfg["min_view_interval"]
         self.voxel = cfg["lidar_voxel"]
@@ -367,12 +370,15 @@ class RecorderPolicy:
         view = ((lambda: view_thumbnail(job.msg, job.kind))
                 if job.stream == "camera" and gate.min_view_change else None)
         with self.lock:
-            admitted = gate.admit(job.t, job.pose, view)
+            admitted = gate.admit(job.t, job.pose, view) if self._gated(job.stream) else True
         if not admitted:
             c.skipped += 1
             return False
         c.kept += 1
         return True
+
+    def _gated(self, stream: str) -> bool:
+        return stream in STREAMS or stream_kind(stream).gated
 
     # A stream with this many rows stored without a pose is said (once) with the reason.
     UNPOSED_WARN_AFTER = 10
@@ -482,9 +488,13 @@ class RecorderPolicy:
                     self.engine.add_lidar_scan(j.t, j.pose, pts, tags=self._scan_tags(j, pts))
                     self.counters["lidar"].stored += 1
                     self._stored_again()
-                else:
-                    self.engine.add_observation("odom", j.t, j.pose, dict(j.tags))
-                    self.counters["odom"].stored += 1
+                else:  # odometry, a registered kind: its decoder gives the row
+                    decode = stream_kind(j.stream).to_row
+                    assert decode is not None  # only camera and lidar have none
+                    tags, text = decode(j.msg)
+                    self.engine.add_observation(j.stream, j.t, j.pose, dict(j.tags) | tags,
+                                                text=text)
+                    self.counters[j.stream].stored += 1
                     self._stored_again()
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
                 self._not_stored(j.stream, exc, what=f"{j.stream} message at {j.t:.3f}")
@@ -621,13 +631,13 @@ class RecorderPolicy:
     def on_message(self, stream: str, msg: Any, arrived_s: float | None = None,
                    kind: str = "raw") -> None:
         """A camera ("camera"; `kind` "raw" Image, "compressed" or "video", a decoded
-        core.front_video.VideoPicture) or lidar ("lidar") message;
+        core.front_video.VideoPicture), lidar ("lidar") or registered stream's message;
         "odom" goes to `on_odom`."""
         if stream == "odom":
             self.on_odom(msg, arrived_s)
             return
-        if stream not in STREAMS:
-            raise ValueError(f"unknown stream {stream!r} (one of {', '.join(STREAMS)})")
+        if stream not in self.streams:
+            raise ValueError(f"unknown stream {stream!r} (one of {', '.join(self.streams)})")
         self._arrive(arrived_s)
         self._waiting.append(self.receive(stream, msg, kind if stream == "camera" else ""))
         self._step()
@@ -657,7 +667,7 @@ class RecorderPolicy:
         """The end of the input: decide and store every waiting message (and say which
         streams have rows without a pose)."""
         self._step(final=True)
-        for stream in STREAMS:
+        for stream in self.streams:
             self.warn_unposed(stream)
 
     @property

@@ -12,6 +12,7 @@ from typing import Any
 
 from memory_node.core.config import ConfigError, coerce_value
 from memory_node.core.front_video import FRONT_VIDEO
+from memory_node.core.streams import stream_topic_params
 
 # The robot's pose: both nodes declare these (config files keep them under `/**`); the one TF
 # listener of a process reads them.
@@ -101,10 +102,11 @@ def with_robot_prefix(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def recorder_settings(values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Every recorder and pose parameter: `values` over the defaults, each converted to its
+    """Every recorder and pose parameter (registered streams' topics included, see
+    core/streams.py): `values` over the defaults, each converted to its
     default's type, with `robot_prefix` applied. Raises ConfigError naming an unknown key, a
     wrong type or a bad choice."""
-    table = {**POSE_PARAMS, **RECORDER_PARAMS}
+    table = {**POSE_PARAMS, **RECORDER_PARAMS, **stream_topic_params()}
     out = {name: default for name, (default, _) in table.items()}
     for name, value in (values or {}).items():
         if name not in table:

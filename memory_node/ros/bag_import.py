@@ -36,12 +36,11 @@ from memory_node.core.camera_info import camera_info_topic
 from memory_node.core.disk import DISK_FULL, DISK_RESERVE, disk_full_text, is_disk_full
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.secrets import mask_log_handlers
+from memory_node.core.streams import camera_feed, sensor_stream_names, stream_kinds
 from memory_node.ros.replay import ReplayError, open_reader
 
-STREAMS = ("camera", "lidar", "odom")
+STREAMS = ("camera", "lidar", "odom")  # built in; registered kinds: core/streams.py
 TF_TOPICS = ("/tf", "/tf_static")
-IMAGE, COMPRESSED = "sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"
-CLOUD, ODOMETRY = "sensor_msgs/msg/PointCloud2", "nav_msgs/msg/Odometry"
 TF_TYPE = "tf2_msgs/msg/TFMessage"
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 # Key prefix of the store's meta table: one entry per finished import (bags, selection and
@@ -127,15 +126,15 @@ def make_plan(bags: Sequence[Path], settings: dict[str, Any], *, topics: Sequenc
         if missing:
             raise ImportError_(f"topic(s) not in the bag: {', '.join(missing)}; the bag has "
                                f"{', '.join(sorted(found))}")
-    camera = (StreamTopic("camera", settings["compressed_topic"], (COMPRESSED,), "compressed")
-              if settings["use_compressed"]
-              else StreamTopic("camera", settings["camera_topic"], (IMAGE,)))
-    if settings.get(FRONT_VIDEO.topic_param):  # the Go2's front video, before both
-        camera = StreamTopic("camera", settings[FRONT_VIDEO.topic_param],
-                             (FRONT_VIDEO.msg_type,), FRONT_VIDEO.kind)
-    streams = {"camera": camera,
-               "lidar": StreamTopic("lidar", settings["lidar_topic"], (CLOUD,)),
-               "odom": StreamTopic("odom", settings["odom_topic"], (ODOMETRY,))}
+    feed = camera_feed(settings)
+    camera = StreamTopic("camera", feed.topic, (feed.message_type,),
+                         "" if feed.kind == "raw" else feed.kind)
+    streams = {"camera": camera}
+    for kind in stream_kinds():  # the others as core/streams.py describes them
+        if kind.name != "camera":
+            streams[kind.name] = StreamTopic(
+                kind.name, settings.get(kind.topic_param, kind.topic_default),
+                kind.message_types)
     for st in streams.values():
         typ, n = found.get(st.topic, ("", 0))
         st.found = bool(st.topic) and typ in st.types  # an empty topic turns a stream off
@@ -181,6 +180,8 @@ def _stamp_problems(reader: Any, plan: Plan) -> list[str]:
         offsets = []
         for conn, t_ns, raw in reader.messages(connections=conns):
             msg = reader.deserialize(raw, conn.msgtype)
+            if not hasattr(msg, "header"):
+                break  # stamped on receipt
             h = header_seconds(msg)
             n += 1
             if h <= 0.0:
@@ -427,8 +428,9 @@ def _existing_keyframes(engine: Any, plan: Plan) -> set[tuple[str, float]]:
     covers stamps that differ from the recording times): keyframes an earlier run stored."""
     margin = 3600.0
     lo, hi = plan.start_ns / 1e9 - margin, plan.end_ns / 1e9 + margin
-    rows = engine.store.rows("stream IN ('camera', 'lidar', 'odom') AND t BETWEEN ? AND ?",
-                             (lo, hi))
+    names = sensor_stream_names()
+    rows = engine.store.rows(f"stream IN ({', '.join('?' * len(names))}) AND t BETWEEN ? AND ?",
+                             (*names, lo, hi))
     return {(r.stream, r.t) for r in rows}
 
 
@@ -502,6 +504,11 @@ def _messages(reader: Any, plan: Plan) -> Iterator[tuple[str, int, bytes, str]]:
         yield conn.topic, t_ns, raw, conn.msgtype
 
 
+def plan_streams(plan: Plan) -> list[str]:
+    """The built-in streams, then the registered kinds the plan matched."""
+    return [*STREAMS, *(s for s in plan.streams if s not in STREAMS)]
+
+
 class Importer:
     """Reads the plan's bags through the recorder's policy (`RecorderPolicy.offline`: the
     node's stamps, pose resolution and gate, its TF waits on the bag's clock) into `engine`;
@@ -525,7 +532,7 @@ class Importer:
         self.stream_of = {st.topic: st for st in plan.streams.values()
                           if st.topic in plan.read_topics}
         self.existing = _existing_keyframes(engine, plan)
-        self.outcome = Outcome(streams=[s for s in STREAMS if plan.streams[s].topic
+        self.outcome = Outcome(streams=[s for s in plan.streams if plan.streams[s].topic
                                         in plan.read_topics])
         self.outcome.resumed = dict.fromkeys(self.outcome.streams, 0)
         self._kept: list[Any] = []
@@ -567,7 +574,7 @@ class Importer:
                 self._storer.close()
         out.bag_s = (last_ns - self.plan.window[0]) / 1e9
         out.wall_s = time.monotonic() - t0
-        out.counters = {s: policy.counters[s] for s in STREAMS}
+        out.counters = {s: policy.counters[s] for s in plan_streams(self.plan)}
         self._disk_outcome()
         if self.front_video is not None:
             out.extra["camera"] = self.front_video.stats()

@@ -36,6 +36,7 @@ from memory_node.core.engine import MemoryEngine
 from memory_node.core.front_video import FRONT_VIDEO, FrontVideoReceiver
 from memory_node.core.recorder import Job, RecorderPolicy
 from memory_node.core.recorder_settings import with_robot_prefix
+from memory_node.core.streams import camera_feed, stream_kinds, stream_topic_params
 from memory_node.ros import params
 from memory_node.ros.common import (
     MaskedLogging,
@@ -52,6 +53,23 @@ def _type_name(msg_type: Any) -> str:
     """'sensor_msgs/msg/Image' for the class, as the ROS graph names types."""
     module = msg_type.__module__.split(".")
     return f"{module[0]}/{module[1]}/{msg_type.__name__}"
+
+
+# The queue depth of a stream subscribed reliably (odometry: the pose fallback's history).
+RELIABLE_DEPTH = 50
+
+
+def message_class(type_name: str) -> Any:
+    """The rclpy message class of 'sensor_msgs/msg/Range' (a registered stream's type), or
+    ParameterError saying which package to install."""
+    import importlib
+
+    package, _, name = type_name.replace("/msg/", "/").partition("/")
+    try:
+        return getattr(importlib.import_module(f"{package}.msg"), name)
+    except (ImportError, AttributeError):
+        raise params.ParameterError(f"message type {type_name} is not importable: is its "
+                                    "package installed and sourced?") from None
 
 
 def front_video_type() -> Any:
@@ -96,6 +114,8 @@ class MemoryRecorder(MaskedLogging, Node):
         super().__init__(node_name, **kwargs)
         cfg = params.declare(self, params.RECORDER_PARAMS)
         cfg.update(params.declare(self, params.POSE_PARAMS))
+        # Registered (not built-in) stream kinds: each one's topic parameter (core/streams.py).
+        cfg.update(params.declare(self, stream_topic_params()))
         cfg = with_robot_prefix(cfg)
         declare_engine_params(self)
         params.warn_unknown(self)
@@ -127,27 +147,28 @@ class MemoryRecorder(MaskedLogging, Node):
         reliability = (ReliabilityPolicy.RELIABLE if cfg["sensor_reliability"] == "reliable"
                        else ReliabilityPolicy.BEST_EFFORT)
         sensor_qos = QoSProfile(depth=10, reliability=reliability)
-        from nav_msgs.msg import Odometry
-        from sensor_msgs.msg import CompressedImage, Image, PointCloud2
-
-        compressed = cfg["use_compressed"]
         # stream: (topic, message class, callback, QoS)
-        subscriptions: dict[str, tuple[str, Any, Any, QoSProfile | int]] = {
-            "camera": (cfg["compressed_topic"] if compressed else cfg["camera_topic"],
-                       CompressedImage if compressed else Image,
-                       lambda m: self._on_sensor("camera", m, "compressed" if compressed
-                                                 else "raw"), sensor_qos),
-        }
-        # The Go2's front video (unitree_ros2), when set, is the camera's source instead.
+        subscriptions: dict[str, tuple[str, Any, Any, QoSProfile | int]] = {}
+        # The camera's source (core/streams.py's camera_feed): Image, CompressedImage or the
+        # Go2's front video (unitree_ros2), decoded here on arrival.
+        feed = camera_feed(cfg)
         self.front_video = front_video_receiver(cfg, self.policy, self.get_logger().warning)
         if self.front_video is not None:
-            subscriptions["camera"] = (cfg["front_video_topic"], front_video_type(),
-                                       self._on_front_video, sensor_qos)
-        subscriptions |= {
-            "lidar": (cfg["lidar_topic"], PointCloud2, lambda m: self._on_sensor("lidar", m),
-                      sensor_qos),
-            "odom": (cfg["odom_topic"], Odometry, self._on_odom, 50),
-        }
+            subscriptions["camera"] = (feed.topic, front_video_type(), self._on_front_video,
+                                       sensor_qos)
+        else:
+            subscriptions["camera"] = (feed.topic, message_class(feed.message_type),
+                                       lambda m: self._on_sensor("camera", m, feed.kind),
+                                       sensor_qos)
+        # Every other stream as core/streams.py describes it (odometry also feeds the poses).
+        for kind in stream_kinds():
+            if kind.name == "camera":
+                continue
+            subscriptions[kind.name] = (
+                cfg[kind.topic_param], message_class(kind.message_types[0]),
+                self._on_odom if kind.name == "odom"
+                else (lambda m, name=kind.name: self._on_sensor(name, m)),
+                sensor_qos if kind.qos == "sensor" else RELIABLE_DEPTH)
         self.watches: dict[str, TopicWatch | None] = {}
         for stream, (topic, msg_type, callback, qos) in subscriptions.items():
             if not topic:  # an empty topic turns the stream off
