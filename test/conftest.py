@@ -2,8 +2,9 @@
 
 Runs before any test module imports rclpy, so plain `pytest` is isolated as well as `make test`:
 ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (plus ROS_LOCALHOST_ONLY=1 on Humble) and a
-ROS_DOMAIN_ID of this run (1..100, from the pid; MEMORY_NODE_TEST_DOMAIN_ID overrides).
-Subprocesses inherit os.environ, so nodes spawned by tests join the same domain.
+ROS_DOMAIN_ID of this run (1..100, from the pid; MEMORY_NODE_TEST_DOMAIN_ID overrides), stepped
+for each test module. Subprocesses inherit os.environ, so nodes spawned by a test join its
+module's domain.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 import secret_guard
-from ros_helpers import STARTED, Process, isolate_ros_environment, spawn, stop
+from ros_helpers import STARTED, Process, isolate_ros_environment, module_domain_id, spawn, stop
 
 _ISOLATION = isolate_ros_environment()
 # rclpy's log files go to a folder of this run (removed at exit), not ~/.ros/log.
@@ -61,6 +62,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 secret_guard.install()
+_MODULES_RUN = [0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ros_domain_per_module() -> Iterator[None]:
+    """Each test module in a ROS domain of its own (see ros_helpers.module_domain_id); set
+    before the module's fixtures start contexts or nodes, which read it at init.
+    MEMORY_NODE_TEST_DOMAIN_ID pins one domain for the whole run."""
+    if os.environ.get("MEMORY_NODE_TEST_DOMAIN_ID"):
+        yield
+        return
+    before = os.environ["ROS_DOMAIN_ID"]
+    os.environ["ROS_DOMAIN_ID"] = str(module_domain_id(_MODULES_RUN[0],
+                                                       int(_ISOLATION["ROS_DOMAIN_ID"])))
+    _MODULES_RUN[0] += 1
+    try:
+        yield
+    finally:
+        os.environ["ROS_DOMAIN_ID"] = before
 
 
 @pytest.hookimpl(tryfirst=True)

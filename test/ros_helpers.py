@@ -37,6 +37,17 @@ def domain_id_for(pid: int | None = None) -> int:
     return 1 + (os.getpid() if pid is None else pid) % 100
 
 
+def module_domain_id(index: int, first: int | None = None) -> int:
+    """The ROS domain of the `index`-th test module a process runs: the run's domain stepped
+    by the worker count, so a module never meets the participants an earlier module's nodes
+    left behind (a reader that has not yet timed out still counts as a subscriber, and a
+    replay waiting for subscribers then starts before the new node listens), and two workers
+    still never share one."""
+    first = domain_id_for() if first is None else first
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    return 1 + (first - 1 + index * count) % 100
+
+
 def isolate_ros_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Confine ROS 2 discovery to this machine and to a domain of this run.
 
