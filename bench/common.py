@@ -89,17 +89,22 @@ def dir_size_mb(path: Path) -> float:
     return total / (1024.0 * 1024.0)
 
 
-def disk_used_mb(path: Path) -> float:
-    """Disk blocks allocated under `path` (what `du` reports): holes in sparse files, such
-    as the index cache's spare rows, take none."""
+def du_bytes(path: Path) -> int:
+    """Disk blocks allocated under `path` (what `du` reports, as the disk budget counts):
+    holes in sparse files, such as the index cache's spare rows, take none."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:
             try:
-                total += os.stat(os.path.join(root, f)).st_blocks * 512
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
             except OSError:
                 pass
-    return total / (1024.0 * 1024.0)
+    return total
+
+
+def disk_used_mb(path: Path) -> float:
+    """`du_bytes` in MiB."""
+    return du_bytes(path) / (1024.0 * 1024.0)
 
 
 def machine_info() -> dict[str, Any]:

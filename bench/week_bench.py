@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from bench.common import (
     DEFAULT_RESULTS,
     REPO_ROOT,
     dir_size_mb,
+    du_bytes,
     machine_info,
     percentiles,
     rss_mb,
@@ -167,18 +167,6 @@ def events(days: float, active_hours: int, seed: int) -> list[tuple[float, str, 
             t += step
     out.sort(key=lambda e: e[0])
     return out
-
-
-def du_bytes(path: Path) -> int:
-    """The directory's size on disk as `du` counts it (allocated blocks), as the budget does."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
 
 
 def store_state(engine: Any, memory: Path, hours: float) -> dict[str, Any]:

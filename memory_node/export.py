@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
+from memory_node.core.contract import iso_seconds
 from memory_node.core.types import Observation, Pose, RowFilter, View
 
 BASE_FRAME = "base_link"  # the child of every pose transform (the store keeps no frame name)
@@ -77,17 +78,11 @@ def parse_time(name: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        stamp = text.strip()
-        if stamp.endswith("Z"):
-            stamp = stamp[:-1] + "+00:00"
         try:
-            dt = datetime.fromisoformat(stamp)
+            value = iso_seconds(text)
         except ValueError:
             raise ExportError(f"{name} must be seconds since the epoch or an ISO-8601 time, "
                               f"got {text[:64]!r}") from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        value = dt.timestamp()
     if not math.isfinite(value):
         raise ExportError(f"{name} must be a finite time, got {text[:64]!r}")
     return value

@@ -40,6 +40,13 @@ from memory_node.agent.client import EngineClient, MemoryClient
 from memory_node.agent.http_guard import BearerTokenMiddleware
 from memory_node.agent.prompt import MEMORY_PROMPT_SECTION
 from memory_node.agent.skills import Clock, Skill, get_skills
+from memory_node.agent.source_args import (
+    MEMORY_DIR_DEFAULT,
+    add_memory_source_args,
+    check_memory_source_args,
+    fleet_memory_client,
+    ros_memory_client,
+)
 from memory_node.core.parameters import split_ros_args
 from memory_node.core.secrets import mask_log_handlers
 
@@ -106,20 +113,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve the robot memory's skills over MCP (stdio by default).",
         epilog="ROS arguments for --ros go after --ros-args (e.g. -p use_sim_time:=true "
                "-p world_frame:=map).")
-    backend = p.add_mutually_exclusive_group()
-    backend.add_argument("--memory-dir", metavar="D",
-                         help="in-process engine on this memory directory (default: "
-                              "$AGENT_MEMORY_DIR, else ./agent_memory)")
-    backend.add_argument("--ros", action="store_true",
-                         help="use the query server's ROS services (/memory/*)")
-    backend.add_argument("--fleet-url", metavar="URL",
-                         help="in-process engine on the fleet store (PostgreSQL; no password "
-                              "here: $PGPASSWORD or ~/.pgpass; '' takes $MEMORY_FLEET_URL)")
-    p.add_argument("--robot-id", default=None,
-                   help="with --fleet-url: the asking robot (its map is the default for "
-                        "spatial filters; default the host name)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="with --ros: seconds to wait for a service answer (default 5)")
+    add_memory_source_args(p, f"in-process engine on this memory directory ({MEMORY_DIR_DEFAULT})",
+                           exclusive=True)
     p.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
     p.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="HTTP port (default 8000)")
@@ -133,20 +128,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _make_client(args: argparse.Namespace, ros_args: list[str]) -> MemoryClient:
     if args.ros:
-        from memory_node.agent.ros_client import RosClient
         from memory_node.ros.common import ros_network
 
         log.info("memory-mcp: memory over the ROS 2 services on %s", ros_network())
-        return RosClient(timeout_s=args.timeout, args=["memory-mcp", *ros_args])
+        return ros_memory_client(args, ros_args, "memory-mcp")
+    if args.fleet_url is not None:
+        return fleet_memory_client(args)
     from memory_node.core.config import MemoryConfig
     from memory_node.core.engine import MemoryEngine
 
-    if args.fleet_url is not None:
-        from memory_node.fleet.engine import open_engine
-
-        return EngineClient(open_engine(MemoryConfig.from_mapping({}),
-                                        fleet_url=args.fleet_url or None,
-                                        robot_id=args.robot_id), close_engine=True)
     values = {"memory_dir": args.memory_dir} if args.memory_dir else {}
     engine = MemoryEngine(MemoryConfig.from_mapping(values))
     return EngineClient(engine, close_engine=True)
@@ -177,12 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.http and (args.host or args.port is not None or args.token):
         parser.error("--host, --port and --token go with --http")
-    if ros_args and not args.ros:
-        parser.error("--ros-args goes with --ros")
-    if args.timeout is not None and not args.ros:
-        parser.error("--timeout goes with --ros")
-    if args.robot_id is not None and args.fleet_url is None:
-        parser.error("--robot-id goes with --fleet-url")
+    check_memory_source_args(parser, args, ros_args)
     if args.token is not None:
         # Any user on the machine can read a command line (ps, /proc/PID/cmdline).
         print(f"memory-mcp: warning: --token is visible to every user of this machine in ps; "

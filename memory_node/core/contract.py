@@ -155,20 +155,26 @@ def _fail(message: str) -> PydanticCustomError:
     return PydanticCustomError("contract", "{message}", {"message": message})
 
 
+def iso_seconds(text: str) -> float:
+    """Seconds since the epoch of an ISO-8601 time ('Z' or no zone: UTC); ValueError when it
+    is none. One reading for the search contract and every command that takes a time."""
+    stamp = text.strip()
+    if stamp.endswith("Z"):
+        stamp = stamp[:-1] + "+00:00"
+    dt = datetime.fromisoformat(stamp)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
 def _parse_time(name: str, value: Any) -> float:
     """Absolute time: seconds since the epoch, or an ISO-8601 string (UTC when no zone)."""
     if isinstance(value, str):
-        text = value.strip()
-        if text.endswith("Z"):
-            text = text[:-1] + "+00:00"
         try:
-            dt = datetime.fromisoformat(text)
+            return iso_seconds(value)
         except ValueError:
             raise _fail(f"'{name}' must be seconds since the epoch or an ISO-8601 time, "
                         f"got {value[:64]!r}") from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
     return float(value)
 
 

@@ -58,6 +58,13 @@ from memory_node.agent.http_guard import (
     origin_allowed,
     token_matches,
 )
+from memory_node.agent.source_args import (
+    MEMORY_DIR_DEFAULT,
+    add_memory_source_args,
+    check_memory_source_args,
+    fleet_memory_client,
+    ros_memory_client,
+)
 from memory_node.core.parameters import split_ros_args
 from memory_node.view.store_reader import NotFound, StoreReader, Window
 
@@ -203,14 +210,22 @@ def _reader_route(backend: ViewBackend, fn: Callable[[StoreReader, Request], Any
         try:
             reader = backend.need_reader()
             return JSONResponse(await _blocking(fn, reader, request))
-        except BadParam as exc:
-            return error(400, "bad_request", str(exc))
-        except NotFound as exc:
-            return error(404, "not_found", str(exc))
-        except (LookupError, FileNotFoundError) as exc:
-            return error(503, "unavailable", str(exc))
+        except READER_ERRORS as exc:
+            return _reader_error(exc)
 
     return endpoint
+
+
+# What reading the store may fail with, answered as the contract's errors.
+READER_ERRORS = (BadParam, NotFound, LookupError, FileNotFoundError)
+
+
+def _reader_error(exc: Exception) -> Response:
+    if isinstance(exc, BadParam):
+        return error(400, "bad_request", str(exc))
+    if isinstance(exc, NotFound):
+        return error(404, "not_found", str(exc))
+    return error(503, "unavailable", str(exc))
 
 
 def _track(reader: StoreReader, request: Request) -> dict[str, Any]:
@@ -280,12 +295,8 @@ class _Endpoints:
             row_id = _row_id(request)
             thumb = request.query_params.get("thumb", "") not in ("", "0", "false")
             data = await _blocking(reader.image, row_id, thumb)
-        except BadParam as exc:
-            return error(400, "bad_request", str(exc))
-        except NotFound as exc:
-            return error(404, "not_found", str(exc))
-        except (LookupError, FileNotFoundError) as exc:
-            return error(503, "unavailable", str(exc))
+        except READER_ERRORS as exc:
+            return _reader_error(exc)
         # A row's image never changes under its id: cache it for a day.
         return Response(data, media_type="image/jpeg",
                         headers={"Cache-Control": "private, max-age=86400, immutable"})
@@ -413,18 +424,10 @@ def _parser() -> argparse.ArgumentParser:
         epilog="With --ros, search and streams come from the running memory server, and the "
                "track, keyframes and images from its memory directory on this machine "
                "(--memory-dir, default $AGENT_MEMORY_DIR, else ./agent_memory). ROS arguments "
-               "go after --ros-args.")
-    p.add_argument("--memory-dir", metavar="D",
-                   help="the memory directory (default: $AGENT_MEMORY_DIR, else "
-                        "./agent_memory); searched in-process unless --ros")
-    p.add_argument("--ros", action="store_true",
-                   help="search through the memory server's ROS services (/memory/*)")
-    p.add_argument("--fleet-url", metavar="URL",
-                   help="search the fleet store (PostgreSQL; no password here); it keeps no "
-                        "images, so the map shows search hits only")
-    p.add_argument("--robot-id", default=None, help="with --fleet-url: the asking robot")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="with --ros: seconds to wait for a service answer (default 5)")
+               "go after --ros-args. The fleet store keeps no images: with --fleet-url the map "
+               "shows search hits only.")
+    add_memory_source_args(p, f"the memory directory ({MEMORY_DIR_DEFAULT}); searched "
+                           "in-process unless --ros", exclusive=False)
     p.add_argument("--host", default="127.0.0.1",
                    help="bind address (default 127.0.0.1; any other needs a token)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
@@ -442,24 +445,16 @@ def _memory_dir(args: argparse.Namespace) -> Path:
 
 def _make_backend(args: argparse.Namespace, ros_args: list[str]) -> ViewBackend:
     if args.ros:
-        from memory_node.agent.ros_client import RosClient
-
         directory = _memory_dir(args)
         reader = StoreReader(directory) if (directory / "memory.db").is_file() else None
         if reader is None:
             log.warning("memory-view: no memory.db in %s: search works, the map stays empty "
                         "(give the server's --memory-dir)", directory)
-        return ViewBackend(RosClient(timeout_s=args.timeout, args=["memory-view", *ros_args]),
-                           reader, where=f"the ROS memory server ({directory})")
-    from memory_node.core.config import MemoryConfig
-
+        return ViewBackend(ros_memory_client(args, ros_args, "memory-view"), reader,
+                           where=f"the ROS memory server ({directory})")
     if args.fleet_url is not None:
-        from memory_node.fleet.engine import open_engine
-
-        fleet = open_engine(MemoryConfig.from_mapping({}), fleet_url=args.fleet_url or None,
-                            robot_id=args.robot_id)
-        return ViewBackend(EngineClient(fleet, close_engine=True), None,
-                           where="the fleet store")
+        return ViewBackend(fleet_memory_client(args), None, where="the fleet store")
+    from memory_node.core.config import MemoryConfig
     from memory_node.core.engine import MemoryEngine
 
     directory = _memory_dir(args)
@@ -476,14 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv, ros_args = split_ros_args(argv)
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.fleet_url is not None and (args.ros or args.memory_dir):
-        parser.error("--fleet-url goes alone: not with --ros or --memory-dir")
-    if ros_args and not args.ros:
-        parser.error("--ros-args goes with --ros")
-    if args.timeout is not None and not args.ros:
-        parser.error("--timeout goes with --ros")
-    if args.robot_id is not None and args.fleet_url is None:
-        parser.error("--robot-id goes with --fleet-url")
+    check_memory_source_args(parser, args, ros_args)
     if not 0 <= args.port <= 65535:
         parser.error("--port must be from 0 to 65535")
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)

@@ -101,6 +101,15 @@ def _rows(memory_dir: Path, stream: str) -> list[Observation]:
         store.close()
 
 
+def _views(memory_dir: Path, rows: list[Observation]) -> dict[int, Any]:
+    """The stored camera views of these rows, by row id."""
+    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
+    try:
+        return store.views_of([r.id for r in rows if r.id is not None])
+    finally:
+        store.close()
+
+
 def _expected(sample: Sample, robot: int = 0) -> tuple[str, np.ndarray]:
     """(frame, samples t, x, y) of the pose a correct recorder stores for a robot."""
     exp = sample.truth["robots"][robot]["expected_path"]
@@ -238,11 +247,7 @@ def test_go2_camera_views_where_the_camera_was(go2_run) -> None:
     optical axes: each keyframe's view starts at the camera and looks where it looked."""
     sample, memory_dir, _, _ = go2_run
     rows = _rows(memory_dir, "camera")
-    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
-    try:
-        views = store.views_of([r.id for r in rows if r.id is not None])
-    finally:
-        store.close()
+    views = _views(memory_dir, rows)
     assert len(views) >= 0.9 * len(rows)
     t = np.array([r.t for r in rows if r.id in views]) - sample.truth["epoch"]
     base = Trajectory(build_tour(), sample.truth["duration"]).pose(t)
@@ -323,11 +328,7 @@ def _assert_unitree_views(memory_dir: Path, frame: str, path: np.ndarray,
     of the odometry pose and looks where the robot looked (up to `late_s` of arrival delay,
     ARRIVAL_EARLY_S of a /clock read before its jump)."""
     rows = _rows(memory_dir, "camera")
-    store = SqliteObservationStore(MemoryConfig(memory_dir=str(memory_dir)).db_path)
-    try:
-        views = store.views_of([r.id for r in rows if r.id is not None])
-    finally:
-        store.close()
+    views = _views(memory_dir, rows)
     assert len(views) >= 0.9 * len(rows)
     for r in rows:
         v = views[r.id]
