@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import faiss
 import numpy as np
@@ -115,7 +115,10 @@ class GraphIndex:
         self.state = GraphState(dim, m=m, ef_construction=ef_construction,
                                 ef_search=ef_search, min_rows=min_rows, storage=storage,
                                 rerank=rerank, recall_target=recall_target, ivf=ivf,
-                                halves=halves, dims=dims, coarse_min_rows=COARSE_MIN_ROWS,
+                                halves=halves, dims=dims,
+                                # read from this module when made: set here, they hold for
+                                # the indexes made after
+                                coarse_min_rows=COARSE_MIN_ROWS,
                                 projection_reach=PROJECTION_REACH)
         self.scheduler = scheduler
         self._builder = GraphBuilder(self.state)
@@ -292,9 +295,10 @@ class GraphIndex:
     def _build(self, cancelled: Callable[[], bool], threads: int | None) -> None:
         self._builder.build(cancelled, threads, self._publish_partial)
 
-    def _publish_partial(self, *args: object) -> None:
-        """Hand searches a copy of the graph being built (`GraphBuilder.publish_partial`)."""
-        self._builder.publish_partial(*args)  # type: ignore[arg-type]
+    def _publish_partial(self, *args: Any) -> None:
+        """Hand searches a copy of the graph being built (`GraphBuilder.publish_partial`):
+        the build calls it through the index, so a subclass or a test can watch it."""
+        self._builder.publish_partial(*args)
 
     def calibrate(self, cancelled: Callable[[], bool] = lambda: False) -> cal.Calibration | None:
         """Measure the graph (and the inverted file beside it) and adopt what holds
