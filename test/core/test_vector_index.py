@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from memory_node.core.vectors import ExactIndex, top_k
-from memory_node.core.vectors.faiss_index import GraphIndex, _halves_of, _hnsw_of
+from memory_node.core.vectors.faiss_index import GraphIndex
+from memory_node.core.vectors.hnsw_graph import halves_of as _halves_of
+from memory_node.core.vectors.hnsw_graph import hnsw_of as _hnsw_of
 
 DIM = 16
 # The graph's two storages: 8-bit codes re-scored with the float vectors, or float copies,
@@ -535,7 +537,7 @@ def test_a_projection_is_judged_by_where_it_ranks_each_rows_neighbours():
     """Rows spread along a few axes keep their exact neighbours among the best by their
     projection on those axes; rows spread evenly over every axis do not (the check a graph
     makes before it walks projections)."""
-    from memory_node.core.vectors.faiss_index import projection_recall
+    from memory_node.core.vectors.projection import projection_recall
 
     rng = np.random.default_rng(21)
     few_axes = _unit(rng, 3000)

@@ -44,7 +44,9 @@ import numpy as np
 from memory_node.core.store.base import VectorFeed
 from memory_node.core.store.vector_files import DIR_NAME, fsync_dir
 from memory_node.core.vectors.exact import ExactIndex
-from memory_node.core.vectors.faiss_index import GraphIndex, Half, read_graph
+from memory_node.core.vectors.faiss_index import GraphIndex
+from memory_node.core.vectors.graph_persist import read_graph
+from memory_node.core.vectors.hnsw_graph import Half
 
 log = logging.getLogger(__name__)
 
