@@ -96,7 +96,7 @@ class ChangeFeed:
                 where = ("FROM vectors v JOIN observations o ON o.id = v.id"
                          " WHERE o.model_id=? AND o.stream=?")
                 (n,) = self.db.r.execute(f"SELECT count(*) {where}",
-                                       (model_id, stream)).fetchone()
+                                         (model_id, stream)).fetchone()
                 ints = np.empty((n, 3), np.int64)  # id, slot, crc
                 meta = np.empty((n, 3), np.float64)  # t, x, y
                 cur = self.db.r.execute(

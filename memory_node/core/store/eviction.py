@@ -48,7 +48,7 @@ class Eviction:
     def max_row_id(self) -> int:
         with self.db.rlock:
             row = self.db.r.execute("SELECT max(m) FROM (SELECT max(id) AS m FROM observations"
-                                  " UNION ALL SELECT max(id) FROM archive)").fetchone()
+                                    " UNION ALL SELECT max(id) FROM archive)").fetchone()
         return int(row[0] or 0)
 
     def refs_after(self, after_id: int) -> list[tuple[int, str]]:
@@ -83,8 +83,8 @@ class Eviction:
             return None
         with self.db.rlock:
             row = self.db.r.execute(f"SELECT min(t) FROM observations WHERE stream IN"
-                                  f" ({_marks(len(streams))}) AND t >= ?",
-                                  [*streams, float(at_or_after)]).fetchone()
+                                    f" ({_marks(len(streams))}) AND t >= ?",
+                                    [*streams, float(at_or_after)]).fetchone()
         return None if row[0] is None else float(row[0])
 
     def rows_between(self, streams: Sequence[str], t_lo: float, t_hi: float
@@ -148,7 +148,7 @@ class Eviction:
         out: dict[str, tuple[int, float]] = {}
         with self.db.rlock:
             rows = self.db.r.execute("SELECT key, value FROM meta WHERE key LIKE 'evicted:%'"
-                                   " OR key LIKE 'evicted_t:%'").fetchall()
+                                     " OR key LIKE 'evicted_t:%'").fetchall()
         counts = {k.split(":", 1)[1]: int(v) for k, v in rows if k.startswith("evicted:")}
         times = {k.split(":", 1)[1]: float(v) for k, v in rows if k.startswith("evicted_t:")}
         for s, n in counts.items():
@@ -254,7 +254,7 @@ class Eviction:
         row = self.db.w.execute("SELECT value FROM meta WHERE key=?", (PENDING_KEY,)).fetchone()
         pending = json.loads(row[0]) if row else []
         self.db.w.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                        (PENDING_KEY, json.dumps(pending + refs)))
+                          (PENDING_KEY, json.dumps(pending + refs)))
 
     def finish_pending_blobs(self, root: Path) -> int:
         """Delete the blob files removed rows named (committed); returns the bytes freed."""

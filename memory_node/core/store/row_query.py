@@ -175,7 +175,7 @@ class RowQuery:
                     return None
                 for a, b in ranges:
                     out += self.db.r.execute(sql, [a, b, *near_params, *params,
-                                                 limit - len(out)]).fetchall()
+                                                   limit - len(out)]).fetchall()
                     if len(out) >= limit:
                         break
             finally:

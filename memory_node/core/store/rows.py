@@ -260,7 +260,7 @@ class RowReader:
         """Rows of `stream` per embedding model (None: no vector)."""
         with self.db.rlock:
             rows = self.db.r.execute("SELECT model_id, count(*) FROM observations WHERE stream=?"
-                                   " GROUP BY model_id", (stream,)).fetchall()
+                                     " GROUP BY model_id", (stream,)).fetchall()
         return {m: int(n) for m, n in rows}
 
     def rows_without_vectors(self, streams: Sequence[str]) -> list[Observation]:
@@ -313,7 +313,7 @@ class RowReader:
             params += list(streams)
         with self.db.rlock:
             row = self.db.r.execute(f"SELECT 1 FROM observations WHERE {' AND '.join(conds)}"
-                                  " LIMIT 1", params).fetchone()
+                                    " LIMIT 1", params).fetchone()
         return row is not None
 
     def rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Observation]:
