@@ -58,7 +58,8 @@ class SqliteObservationStore(ObservationStore):
         self._feed = ChangeFeed(self._db, slots)
         self._eviction = Eviction(self._db, slots)
 
-    # The connections and their locks, for tests that reach under the interface.
+    # The connections and their locks, for tests that reach under the interface. The methods
+    # below forward to the parts, whose docstrings say what each does.
     @property
     def _w(self) -> sqlite3.Connection:
         return self._db.w
@@ -75,7 +76,7 @@ class SqliteObservationStore(ObservationStore):
     def _rlock(self) -> threading.RLock:
         return self._db.rlock
 
-    # ---- memory.db itself (sqlite_db.py) -------------------------------------------------
+    # ---- memory.db itself (sqlite_db.py) -----------------------------------------------------
     def get_meta(self, key: str) -> str | None:
         return self._db.get_meta(key)
 
@@ -89,7 +90,7 @@ class SqliteObservationStore(ObservationStore):
     def close(self) -> None:
         self._db.close()
 
-    # ---- Rows: writes (rows.py) ------------------------------------------------------
+    # ---- Rows: writes (rows.py) --------------------------------------------------------------
     def insert(
         self, rows: Sequence[Observation], vectors: Sequence[np.ndarray | None]
     ) -> list[int]:
@@ -105,7 +106,7 @@ class SqliteObservationStore(ObservationStore):
     def update_tags(self, obs_id: int, tags: dict[str, Any]) -> None:
         self._rows.update_tags(obs_id, tags)
 
-    # ---- Rows: reads by id, stream, tag, model (rows.py) -----------------------------
+    # ---- Rows: reads by id, stream, tag, model (rows.py) -------------------------------------
     def get(self, ids: Sequence[int], include_archived: bool = False
             ) -> dict[int, Observation]:
         return self._reads.get(ids, include_archived)
@@ -159,7 +160,7 @@ class SqliteObservationStore(ObservationStore):
     def newest_t(self, streams: Sequence[str]) -> float | None:
         return self._reads.newest_t(streams)
 
-    # ---- Filtered reads and the pose history (row_query.py) --------------------------
+    # ---- Filtered reads and the pose history (row_query.py) ----------------------------------
     def candidates(self, filt: RowFilter) -> Candidates:
         return self._query.candidates(filt)
 
@@ -175,7 +176,7 @@ class SqliteObservationStore(ObservationStore):
                      ) -> pose_index.PoseExcerpt | None:
         return self._query.pose_excerpt(centre, radius, t_min, t_max)
 
-    # ---- The archive (archive.py) ----------------------------------------------------
+    # ---- The archive (archive.py) ------------------------------------------------------------
     def archive(self, ids: Sequence[int], reason: str, kept: dict[int, int] | None = None,
                 kept_tags: tuple[int, Callable[[int], dict]] | None = None,
                 at: float | None = None) -> int:
@@ -187,7 +188,7 @@ class SqliteObservationStore(ObservationStore):
     def archived_count(self) -> int:
         return self._archive.archived_count()
 
-    # ---- The vector change feed (change_feed.py) -------------------------------------
+    # ---- The vector change feed (change_feed.py) ---------------------------------------------
     def max_vector_seq(self) -> int:
         return self._feed.max_vector_seq()
 
@@ -215,7 +216,7 @@ class SqliteObservationStore(ObservationStore):
     def drop_vectors(self, ids: Sequence[int], why: str) -> int:
         return self._feed.drop_vectors(ids, why)
 
-    # ---- The disk budget's reads and writes (eviction.py) ----------------------------
+    # ---- The disk budget's reads and writes (eviction.py) ------------------------------------
     def prepare_eviction(self) -> None:
         self._eviction.prepare_eviction()
 
