@@ -2,14 +2,14 @@
 
 Writes come from `memory-sync` (one transaction per batch: upsert the rows, then record the
 batch's outbox position, so a crash anywhere leaves either both or neither). Reads serve the
-JSON contract through `FleetEngine`: every filter is a SQL condition evaluated before ranking,
-and filtered semantic ranking is an exact `ORDER BY emb <#> q` over the rows that pass.
+JSON contract through `FleetEngine`: every filter is a SQL condition (filter_sql.py) evaluated
+before ranking, and filtered semantic ranking is an exact `ORDER BY emb <#> q` over the rows
+that pass.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -21,8 +21,10 @@ import numpy as np
 
 from memory_node.core.errors import Unavailable
 from memory_node.core.places import Place
-from memory_node.core.types import Observation, Pose, RowFilter, disc_slack
+from memory_node.core.types import Observation, Pose, RowFilter
+from memory_node.fleet import filter_sql
 from memory_node.fleet.credentials import redact, scrub
+from memory_node.fleet.filter_sql import ties, time_window
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,6 @@ _SELECT = ("o.id, o.robot_id, o.map_id, o.stream, o.t, o.x, o.y, o.z, o.yaw, o.f
            " o.pose_source, o.tags, o.text, o.ref, o.model_id, o.note_key, o.archived_at,"
            " o.local_id, o.store_id")
 _SCORE = 19  # the column after _SELECT's: a row's score, where a query adds one
-
-
-def _ties(d: str) -> str:
-    """Equal scores or times break by the robot's own row order (its local id), `d` (DESC:
-    newest first, as on the robot), then by robot and store so a fleet order is total."""
-    return f"o.local_id {d}, o.robot_id {d}, o.store_id {d}"
 
 
 class FleetUnavailable(Unavailable):
@@ -97,25 +93,6 @@ def schema_sql() -> str:
 
 def hnsw_index_name(model_id: str) -> str:
     return "memory_obs_hnsw_" + hashlib.sha1(model_id.encode("utf-8")).hexdigest()[:12]
-
-
-def _jsonb_values(value: Any) -> list[str]:
-    """The JSON texts a tag equality filter matches (SQLite's json_extract sees true as 1, so
-    true equals 1 and 1.0, and 0.0 equals false)."""
-    out = [json.dumps(value)]
-    if isinstance(value, bool):
-        out.append(json.dumps(int(value)))
-    elif isinstance(value, (int, float)) and value in (0, 1):
-        out.append(json.dumps(bool(value)))
-    return out
-
-
-# The largest float whose square is 0.0 in IEEE arithmetic. PostgreSQL raises "value out of
-# range: underflow" where a product of non-zero numbers rounds to 0 (SQLite and numpy give 0),
-# so a difference this small is squared as 0 by hand: the same result, without the error.
-SQUARE_ZERO = float.fromhex("0x1.6a09e667f3bccp-538")
-# (column - %s)², its parameters: the centre, SQUARE_ZERO, the centre twice.
-_SQUARE = "(CASE WHEN abs({0} - %s) <= %s THEN 0 ELSE ({0} - %s) * ({0} - %s) END)"
 
 
 class FleetStore:
@@ -469,7 +446,7 @@ class FleetStore:
         if robots:
             conds.append("robot_id = ANY(%s)")
             params.append(list(robots))
-        _time_window(conds, params, "t", t_min, t_max)
+        time_window(conds, params, "t", t_min, t_max)
         rows = self.run(lambda c: c.execute(
             "SELECT r.robot_id FROM memory_robots r WHERE EXISTS (SELECT 1 FROM"
             f" memory_observations o WHERE o.robot_id = r.robot_id AND {' AND '.join(conds)})"
@@ -482,7 +459,7 @@ class FleetStore:
         time order: that robot's pose history there (visits), as its own store keeps it."""
         conds: list[str] = ["robot_id = %s", "map_id = %s", "x IS NOT NULL", "y IS NOT NULL"]
         params: list[Any] = [robot_id, map_id]
-        _time_window(conds, params, "t", t_min, t_max)
+        time_window(conds, params, "t", t_min, t_max)
         rows = self.run(lambda c: c.execute(
             f"SELECT t, x, y FROM memory_observations WHERE {' AND '.join(conds)}"
             " ORDER BY t, store_id, local_id", params).fetchall())
@@ -499,76 +476,8 @@ class FleetStore:
                           model_id=model_id, note_key=note_key)
         return FleetHit(obs, robot, map_id, score, archived_at is not None, local_id, store_id)
 
-    @staticmethod
-    def where(filt: RowFilter) -> tuple[list[str], list[Any]]:
-        """SQL conditions (on alias o) and their parameters: `filt` compiled for PostgreSQL
-        (RowFilter.matches is the reference it is checked against)."""
-        conds: list[str] = []
-        params: list[Any] = []
-        if not filt.include_archived:
-            conds.append("o.archived_at IS NULL")
-        if filt.robots:
-            conds.append("o.robot_id = ANY(%s)")
-            params.append(list(filt.robots))
-        if filt.streams:
-            conds.append("o.stream = ANY(%s)")
-            params.append(list(filt.streams))
-        if filt.near is not None:
-            nx, ny = filt.near
-            r = float(filt.radius)
-            on_map = "o.map_id = %s AND " if filt.map_id is not None else ""
-            map_param = [filt.map_id] if filt.map_id is not None else []
-            # The GiST index finds a circle a hair wider than the disc (its distance is a
-            # hypot, not the squares); the squared distance then decides exactly as the local
-            # store does.
-            m = disc_slack(filt.near, r)
-            stand = ("(o.x IS NOT NULL AND point(o.x, o.y) <@ circle(point(%s, %s), %s)"
-                     f" AND ({_SQUARE.format('o.x')} + {_SQUARE.format('o.y')}) <= %s)")
-            sparams = [nx, ny, r + m, nx, SQUARE_ZERO, nx, nx, ny, SQUARE_ZERO, ny, ny, r * r]
-            if filt.seen_near:
-                # ... or a camera view that covers the disc: its box meets the disc's, then
-                # the sector test of the robot's store.
-                conds.append(f"{on_map}({stand} OR (o.view_box && box(point(%s, %s),"
-                             " point(%s, %s)) AND memory_view_covers(o.view_x, o.view_y,"
-                             " o.view_yaw, o.view_hfov, o.view_range, %s, %s, %s)))")
-                params += [*map_param, *sparams, nx - r - m, ny - r - m, nx + r + m,
-                           ny + r + m, nx, ny, r]
-            else:
-                conds.append(f"{on_map}{stand}")
-                params += [*map_param, *sparams]
-        _time_window(conds, params, "o.t", filt.t_min, filt.t_max)
-        from psycopg.types.json import Jsonb
-
-        for key, value in filt.tags.items():
-            if isinstance(value, dict):
-                conds.append("jsonb_typeof(o.tags -> %s) = 'number'")
-                params.append(key)
-                for op, bound in value.items():
-                    sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
-                    conds.append(f"(o.tags ->> %s)::float8 {sym} %s")
-                    params += [key, float(bound)]
-            elif value is None:
-                conds.append("(o.tags -> %s IS NULL OR o.tags -> %s = 'null'::jsonb)")
-                params += [key, key]
-            else:
-                vals = [Jsonb(json.loads(v)) for v in _jsonb_values(value)]
-                conds.append("(CASE WHEN jsonb_typeof(o.tags -> %s) = 'array' THEN EXISTS ("
-                             "SELECT 1 FROM jsonb_array_elements(o.tags -> %s) e"
-                             " WHERE e = ANY(%s::jsonb[])) ELSE o.tags -> %s = ANY(%s::jsonb[])"
-                             " END)")
-                params += [key, key, vals, key, vals]
-        return conds, params
-
-    @staticmethod
-    def _order(order_by: str) -> tuple[str, list[Any]]:
-        if order_by in ("-time", "time", "score"):
-            d = "ASC" if order_by == "time" else "DESC"
-            return f"o.t {d}, {_ties(d)}", []
-        d = "DESC" if order_by.startswith("-") else "ASC"
-        tag = order_by.lstrip("-")
-        num = ("(CASE WHEN jsonb_typeof(o.tags -> %s) = 'number'"
-               " THEN (o.tags ->> %s)::float8 END)")
-        return f"{num} IS NULL, {num} {d}, o.t DESC, {_ties('DESC')}", [tag, tag, tag, tag]
+    # `filt` compiled for PostgreSQL: (conditions on alias o, parameters)
+    where = staticmethod(filter_sql.where)
 
     def ordered(self, where: RowFilter, order_by: str, limit: int, *,
                 exclude_models: Iterable[str] = ()) -> list[FleetHit]:
@@ -579,7 +488,7 @@ class FleetStore:
         if excl:
             conds.append("(o.model_id IS NULL OR o.model_id <> ALL(%s))")
             params.append(excl)
-        order, oparams = self._order(order_by if order_by != "score" else "-time")
+        order, oparams = filter_sql.order(order_by if order_by != "score" else "-time")
         sql_where = ("WHERE " + " AND ".join(conds)) if conds else ""
         sql = (f"SELECT {_SELECT} FROM memory_observations o {sql_where} ORDER BY {order}"
                " LIMIT %s")
@@ -607,7 +516,7 @@ class FleetStore:
             conds.append(f"-({emb} <#> %s) >= %s")
             params += [q, float(min_score)]
         sql = (f"SELECT {_SELECT}, -({emb} <#> %s) AS score FROM memory_observations o"
-               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, {_ties('DESC')} LIMIT %s")
+               f" WHERE {' AND '.join(conds)} ORDER BY {emb} <#> %s, {ties('DESC')} LIMIT %s")
         args = [q, *params, q, int(k)]
 
         def go(conn: Any) -> list[Any]:
@@ -632,7 +541,7 @@ class FleetStore:
             cases.append("WHEN o.model_id = %s THEN -(o.emb <#> %s)")
             cparams += [m, np.asarray(q, np.float32)]
         score = f"(CASE {' '.join(cases)} END)" if cases else "NULL::float8"
-        order, oparams = self._order(order_by)
+        order, oparams = filter_sql.order(order_by)
         sql_where = ("WHERE " + " AND ".join(conds)) if conds else ""
         inner = f"SELECT {_SELECT}, {score} AS score FROM memory_observations o {sql_where}"
         # the order's columns exist on the subquery alias o too
@@ -642,14 +551,3 @@ class FleetStore:
         args += list(oparams) + [int(limit)]
         rows = self.run(lambda c: c.execute(sql, args).fetchall())
         return [self._hit(r, None if r[_SCORE] is None else float(r[_SCORE])) for r in rows]
-
-
-def _time_window(conds: list[str], params: list[Any], column: str, t_min: float | None,
-                 t_max: float | None) -> None:
-    """Add `t_min <= column <= t_max` (either side optional) to a WHERE being built."""
-    if t_min is not None:
-        conds.append(f"{column} >= %s")
-        params.append(float(t_min))
-    if t_max is not None:
-        conds.append(f"{column} <= %s")
-        params.append(float(t_max))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory_node.core.store.sqlite_store import POINT_LOOKUPS_MAX, SqliteObservationStore
+from memory_node.core.store.rows import POINT_LOOKUPS_MAX
+from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose
 
 

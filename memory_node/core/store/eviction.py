@@ -14,59 +14,48 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from memory_node.core.store.rows import COLUMNS, row_to_observation
+from memory_node.core.store.sqlite_db import SqliteDb
+from memory_node.core.store.vector_slots import Key, VectorSlots
 from memory_node.core.types import Observation
 
 POSE_REASON = "pose"
 PENDING_KEY = "evict_pending_blobs"
-_ROW_COLUMNS = ("id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id,"
-                " note_key")
 
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class EvictionStore:
-    """Mixed into SqliteObservationStore: the reads and writes the disk budget needs."""
+class Eviction:
+    """The reads and writes the disk budget needs, on the store's connections."""
 
-    path: Path
-    _w: sqlite3.Connection
-    _r: sqlite3.Connection
-    _wlock: threading.RLock
-    _rlock: threading.RLock
-
-    if TYPE_CHECKING:
-        def _commit(self) -> None: ...
-        def _rollback(self) -> None: ...
-        def _mark_dead(self, model_id: str, stream: str, n: int) -> tuple[int, int]: ...
-        def _rewrite_vector_file(self, model_id: str, stream: str) -> None: ...
-        def get_meta(self, key: str) -> str | None: ...
-        @staticmethod
-        def _row(r: tuple) -> Observation: ...
+    def __init__(self, db: SqliteDb, slots: VectorSlots):
+        self.db = db
+        self.slots = slots
 
     def prepare_eviction(self) -> None:
         """The indexes eviction and `oldest_times` read the archive by (oldest first)."""
-        with self._wlock:
-            self._w.execute("CREATE INDEX IF NOT EXISTS archive_stream_t ON archive(stream, t)")
-            self._w.execute("CREATE INDEX IF NOT EXISTS archive_t ON archive(t)")
+        with self.db.wlock:
+            self.db.w.execute("CREATE INDEX IF NOT EXISTS archive_stream_t ON archive(stream, t)")
+            self.db.w.execute("CREATE INDEX IF NOT EXISTS archive_t ON archive(t)")
 
     # ---- reads ----------------------------------------------------------------------------
     def max_row_id(self) -> int:
-        with self._rlock:
-            row = self._r.execute("SELECT max(m) FROM (SELECT max(id) AS m FROM observations"
-                                  " UNION ALL SELECT max(id) FROM archive)").fetchone()
+        with self.db.rlock:
+            row = self.db.r.execute("SELECT max(m) FROM (SELECT max(id) AS m FROM observations"
+                                    " UNION ALL SELECT max(id) FROM archive)").fetchone()
         return int(row[0] or 0)
 
     def refs_after(self, after_id: int) -> list[tuple[int, str]]:
         """(id, blob ref) of rows added after `after_id`, kept or already archived (the disk
         meter counts their files)."""
-        with self._rlock:
-            return [(int(i), str(r)) for i, r in self._r.execute(
+        with self.db.rlock:
+            return [(int(i), str(r)) for i, r in self.db.r.execute(
                 "SELECT id, ref FROM observations WHERE id > ? AND ref IS NOT NULL UNION ALL"
                 " SELECT id, ref FROM archive WHERE id > ? AND ref IS NOT NULL ORDER BY 1",
                 (int(after_id), int(after_id)))]
@@ -75,12 +64,12 @@ class EvictionStore:
         """{stream: the time of its oldest row, kept or archived} (pose samples left by the
         budget do not count: they are no longer the stream's rows)."""
         out: dict[str, float] = {}
-        with self._rlock:
-            streams = [r[0] for r in self._r.execute(
+        with self.db.rlock:
+            streams = [r[0] for r in self.db.r.execute(
                 "SELECT DISTINCT stream FROM observations UNION SELECT DISTINCT stream FROM"
                 " archive")]
             for s in streams:
-                row = self._r.execute(
+                row = self.db.r.execute(
                     "SELECT min(t) FROM (SELECT min(t) AS t FROM observations WHERE stream=?"
                     " UNION ALL SELECT min(t) FROM archive WHERE stream=? AND reason != ?)",
                     (s, s, POSE_REASON)).fetchone()
@@ -92,10 +81,10 @@ class EvictionStore:
         """The time of the oldest kept row of `streams` at or after `at_or_after`."""
         if not streams:
             return None
-        with self._rlock:
-            row = self._r.execute(f"SELECT min(t) FROM observations WHERE stream IN"
-                                  f" ({_marks(len(streams))}) AND t >= ?",
-                                  [*streams, float(at_or_after)]).fetchone()
+        with self.db.rlock:
+            row = self.db.r.execute(f"SELECT min(t) FROM observations WHERE stream IN"
+                                    f" ({_marks(len(streams))}) AND t >= ?",
+                                    [*streams, float(at_or_after)]).fetchone()
         return None if row[0] is None else float(row[0])
 
     def rows_between(self, streams: Sequence[str], t_lo: float, t_hi: float
@@ -103,18 +92,18 @@ class EvictionStore:
         """Kept rows of `streams` with t_lo <= t < t_hi, in time order."""
         if not streams:
             return []
-        with self._rlock:
-            rows = self._r.execute(
-                f"SELECT {_ROW_COLUMNS} FROM observations WHERE stream IN"
+        with self.db.rlock:
+            rows = self.db.r.execute(
+                f"SELECT {COLUMNS} FROM observations WHERE stream IN"
                 f" ({_marks(len(streams))}) AND t >= ? AND t < ? ORDER BY t, id",
                 [*streams, float(t_lo), float(t_hi)]).fetchall()
-        return [self._row(r) for r in rows]
+        return [row_to_observation(r) for r in rows]
 
     def archived_with_blobs(self, streams: Sequence[str], limit: int
                             ) -> list[tuple[int, float, str]]:
         """(id, t, ref) of the oldest archived rows of `streams` that still have a blob."""
-        with self._rlock:
-            return [(int(i), float(t), str(r)) for i, t, r in self._r.execute(
+        with self.db.rlock:
+            return [(int(i), float(t), str(r)) for i, t, r in self.db.r.execute(
                 f"SELECT id, t, ref FROM archive WHERE stream IN ({_marks(len(streams))})"
                 " AND ref IS NOT NULL AND reason != ? ORDER BY t LIMIT ?",
                 [*streams, POSE_REASON, int(limit)])]
@@ -122,8 +111,8 @@ class EvictionStore:
     def archived_rows(self, streams: Sequence[str], limit: int
                       ) -> list[tuple[int, str, float, bool]]:
         """(id, stream, t, has a pose) of the oldest archived rows of `streams`."""
-        with self._rlock:
-            return [(int(i), s, float(t), x is not None) for i, s, t, x in self._r.execute(
+        with self.db.rlock:
+            return [(int(i), s, float(t), x is not None) for i, s, t, x in self.db.r.execute(
                 f"SELECT id, stream, t, x FROM archive WHERE stream IN ({_marks(len(streams))})"
                 " AND reason != ? ORDER BY t LIMIT ?", [*streams, POSE_REASON, int(limit)])]
 
@@ -132,8 +121,8 @@ class EvictionStore:
         """The `step`-long buckets of [t_lo, t_hi) that hold a pose sample (a kept row or an
         archived one) other than the rows in `excluding`."""
         out: set[int] = set()
-        with self._rlock:
-            for oid, t in self._r.execute(
+        with self.db.rlock:
+            for oid, t in self.db.r.execute(
                     "SELECT id, t FROM observations WHERE t >= ? AND t < ? AND x IS NOT NULL"
                     " UNION ALL SELECT id, t FROM archive WHERE t >= ? AND t < ? AND x IS NOT"
                     " NULL", (t_lo, t_hi, t_lo, t_hi)):
@@ -146,8 +135,8 @@ class EvictionStore:
         """(table, id, t) of up to `limit` pose-only samples after `after_t`: rows of
         `streams` (the odometry) and the pose samples the budget left, in time order."""
         cond = f"stream IN ({_marks(len(streams))}) AND " if streams else "0 AND "
-        with self._rlock:
-            rows = self._r.execute(
+        with self.db.rlock:
+            rows = self.db.r.execute(
                 f"SELECT 'observations', id, t FROM observations WHERE {cond} t > ? AND x IS"
                 " NOT NULL UNION ALL SELECT 'archive', id, t FROM archive WHERE reason = ? AND"
                 " t > ? ORDER BY 3, 2 LIMIT ?",
@@ -157,9 +146,9 @@ class EvictionStore:
     def evicted_counts(self) -> dict[str, tuple[int, float]]:
         """{stream: (rows the budget removed, the newest time it removed one at)}."""
         out: dict[str, tuple[int, float]] = {}
-        with self._rlock:
-            rows = self._r.execute("SELECT key, value FROM meta WHERE key LIKE 'evicted:%'"
-                                   " OR key LIKE 'evicted_t:%'").fetchall()
+        with self.db.rlock:
+            rows = self.db.r.execute("SELECT key, value FROM meta WHERE key LIKE 'evicted:%'"
+                                     " OR key LIKE 'evicted_t:%'").fetchall()
         counts = {k.split(":", 1)[1]: int(v) for k, v in rows if k.startswith("evicted:")}
         times = {k.split(":", 1)[1]: float(v) for k, v in rows if k.startswith("evicted_t:")}
         for s, n in counts.items():
@@ -170,22 +159,16 @@ class EvictionStore:
     def drop_archived_blobs(self, ids: Sequence[int]) -> list[str]:
         """Forget the blobs of archived rows (the rows stay); returns the files to delete,
         named in meta until `finish_pending_blobs` deletes them."""
-        with self._wlock:
-            self._w.execute("BEGIN IMMEDIATE")
-            try:
-                refs: list[str] = []
-                for start in range(0, len(ids), 500):
-                    chunk = [int(i) for i in ids[start:start + 500]]
-                    refs += [r[0] for r in self._w.execute(
-                        f"SELECT ref FROM archive WHERE id IN ({_marks(len(chunk))}) AND ref IS"
-                        " NOT NULL", chunk)]
-                    self._w.execute(f"UPDATE archive SET ref = NULL WHERE id IN"
-                                    f" ({_marks(len(chunk))})", chunk)
-                self._add_pending(refs)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+        with self.db.transaction() as w:
+            refs: list[str] = []
+            for start in range(0, len(ids), 500):
+                chunk = [int(i) for i in ids[start:start + 500]]
+                refs += [r[0] for r in w.execute(
+                    f"SELECT ref FROM archive WHERE id IN ({_marks(len(chunk))}) AND ref IS"
+                    " NOT NULL", chunk)]
+                w.execute(f"UPDATE archive SET ref = NULL WHERE id IN ({_marks(len(chunk))})",
+                          chunk)
+            self._add_pending(refs)
         return refs
 
     def evict(self, items: Sequence[tuple[str, int]], keep_pose: set[int], at: float
@@ -196,46 +179,37 @@ class EvictionStore:
         `drop_archived_blobs`)."""
         refs: list[str] = []
         counted: dict[str, list[float]] = {}
-        with self._wlock:
-            self._w.execute("BEGIN IMMEDIATE")
-            try:
-                dead: dict[tuple[str, str], int] = {}
-                for table, oid in items:
-                    got = self._evict_one(table, int(oid), int(oid) in keep_pose, at, dead)
-                    if got is None:
-                        continue
-                    stream, t, ref, counts = got
-                    if ref:
-                        refs.append(ref)
-                    if not counts:  # a pose sample left earlier: counted when it was left
-                        continue
-                    c = counted.setdefault(stream, [0, -math.inf])
-                    c[0] += 1
-                    c[1] = max(c[1], t)
-                for stream, (n, t) in counted.items():
-                    self._w.execute(
-                        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE"
-                        " SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)",
-                        (f"evicted:{stream}", str(int(n))))
-                    self._w.execute(
-                        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE"
-                        " SET value = max(CAST(value AS REAL), CAST(excluded.value AS REAL))",
-                        (f"evicted_t:{stream}", repr(float(t))))
-                for (model_id, stream), n in dead.items():
-                    rows, dead_now = self._mark_dead(model_id, stream, n)
-                    if dead_now >= max(64, 0.25 * rows):
-                        self._rewrite_vector_file(model_id, stream)
-                self._add_pending(refs)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+        with self.db.transaction() as w:
+            dead: dict[Key, int] = {}
+            for table, oid in items:
+                got = self._evict_one(table, int(oid), int(oid) in keep_pose, at, dead)
+                if got is None:
+                    continue
+                stream, t, ref, counts = got
+                if ref:
+                    refs.append(ref)
+                if not counts:  # a pose sample left earlier: counted when it was left
+                    continue
+                c = counted.setdefault(stream, [0, -math.inf])
+                c[0] += 1
+                c[1] = max(c[1], t)
+            for stream, (n, t) in counted.items():
+                w.execute(
+                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE"
+                    " SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)",
+                    (f"evicted:{stream}", str(int(n))))
+                w.execute(
+                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE"
+                    " SET value = max(CAST(value AS REAL), CAST(excluded.value AS REAL))",
+                    (f"evicted_t:{stream}", repr(float(t))))
+            self.slots.retire(dead)
+            self._add_pending(refs)
         return refs
 
     def _evict_one(self, table: str, oid: int, keep_pose: bool, at: float,
-                   dead: dict[tuple[str, str], int]
+                   dead: dict[Key, int]
                    ) -> tuple[str, float, str | None, bool] | None:
-        w = self._w
+        w = self.db.w
         if table == "observations":
             row = w.execute("SELECT stream, t, ref, model_id, x FROM observations WHERE id=?",
                             (oid,)).fetchone()
@@ -277,14 +251,14 @@ class EvictionStore:
     def _add_pending(self, refs: list[str]) -> None:
         if not refs:
             return
-        row = self._w.execute("SELECT value FROM meta WHERE key=?", (PENDING_KEY,)).fetchone()
+        row = self.db.w.execute("SELECT value FROM meta WHERE key=?", (PENDING_KEY,)).fetchone()
         pending = json.loads(row[0]) if row else []
-        self._w.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                        (PENDING_KEY, json.dumps(pending + refs)))
+        self.db.w.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                          (PENDING_KEY, json.dumps(pending + refs)))
 
     def finish_pending_blobs(self, root: Path) -> int:
         """Delete the blob files removed rows named (committed); returns the bytes freed."""
-        raw = self.get_meta(PENDING_KEY)
+        raw = self.db.get_meta(PENDING_KEY)
         if not raw:
             return 0
         freed = 0
@@ -297,43 +271,43 @@ class EvictionStore:
                 path.unlink()
             except FileNotFoundError:
                 pass
-        with self._wlock:
-            self._w.execute("DELETE FROM meta WHERE key=?", (PENDING_KEY,))
+        with self.db.wlock:
+            self.db.w.execute("DELETE FROM meta WHERE key=?", (PENDING_KEY,))
         return freed
 
     def reclaim(self) -> None:
         """Give freed database pages back to the file system: incremental vacuum (a store
         created with auto_vacuum incremental) and a WAL checkpoint that truncates the log."""
-        with self._wlock:
+        with self.db.wlock:
             try:
-                if self._w.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+                if self.db.w.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
                     # executescript steps the pragma to the end (execute frees one page)
-                    self._w.executescript("PRAGMA incremental_vacuum;")
-                self._w.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    self.db.w.executescript("PRAGMA incremental_vacuum;")
+                self.db.w.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.OperationalError:
                 pass  # a reader holds the log: the next run checkpoints it
 
     def free_pages(self) -> tuple[int, int, int]:
         """(auto_vacuum mode, free pages, page size) of memory.db."""
-        with self._wlock:
-            mode = self._w.execute("PRAGMA auto_vacuum").fetchone()[0]
-            free = self._w.execute("PRAGMA freelist_count").fetchone()[0]
-            size = self._w.execute("PRAGMA page_size").fetchone()[0]
+        with self.db.wlock:
+            mode = self.db.w.execute("PRAGMA auto_vacuum").fetchone()[0]
+            free = self.db.w.execute("PRAGMA freelist_count").fetchone()[0]
+            size = self.db.w.execute("PRAGMA page_size").fetchone()[0]
         return int(mode), int(free), int(size)
 
     def vacuum_into_incremental(self) -> bool:
         """Turn an older memory.db (no auto_vacuum) into one whose freed pages can be given
         back (one VACUUM, once); False when another connection keeps it from running."""
-        with self._wlock:
+        with self.db.wlock:
             try:
-                self._w.execute("PRAGMA auto_vacuum=INCREMENTAL")
-                self._w.execute("VACUUM")
-                self._w.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                self.db.w.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                self.db.w.execute("VACUUM")
+                self.db.w.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 return True
             except sqlite3.OperationalError:
                 return False
 
     def meta_items(self, prefix: str) -> dict[str, Any]:
-        with self._rlock:
-            return {k: v for k, v in self._r.execute(
+        with self.db.rlock:
+            return {k: v for k, v in self.db.r.execute(
                 "SELECT key, value FROM meta WHERE key LIKE ?", (prefix + "%",))}
