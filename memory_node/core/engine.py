@@ -39,6 +39,7 @@ from memory_node.core.operations.edge import dumps, guard
 from memory_node.core.operations.host import Clock, PoseProvider
 from memory_node.core.operations.models import Models
 from memory_node.core.operations.parts import EngineParts, local_parts
+from memory_node.core.operations.repair import StartupRepair
 from memory_node.core.places import Place, Places
 from memory_node.core.planner import SearchBackend
 from memory_node.core.query import SearchPlan, read_save, read_search
@@ -123,13 +124,14 @@ class MemoryEngine:
         self.notes: NotesLog | None = None
         self.places: Places | None = None
         self.disk: DiskBudget | None = None  # the store's size, and its budget when set
+        self.repair = StartupRepair(self)  # what a crash or a full disk left half done
         self.parts: EngineParts = (parts or self._local_parts(llm_settings))(self)
         if open_now:
             self.open()
 
     @staticmethod
     def _local_parts(llm_settings: Any) -> PartsFactory:
-        return lambda engine: local_parts(engine, engine.models, llm_settings)
+        return lambda engine: local_parts(engine, engine.models, engine.repair, llm_settings)
 
     # ---- lifecycle ----------------------------------------------------------------------
     def open(self) -> None:
@@ -412,3 +414,13 @@ class MemoryEngine:
     def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,
                        stream: str = "lidar", tags: dict[str, Any] | None = None) -> int:
         return self.ingestor.add_lidar_scan(t, pose, points, stream, tags)
+
+    # ---- start-up work ----------------------------------------------------------------------
+    def _ingest_note_files(self) -> int:
+        """Rows for Markdown entries memory.db lacks (written by hand, or a crash before the
+        insert): the Markdown files are the record of notes."""
+        return self.repair.ingest_note_files()
+
+    def _index_missing_vectors(self) -> int:
+        """Embed rows stored without a vector (indexing failed when they were saved)."""
+        return self.repair.index_missing_vectors()

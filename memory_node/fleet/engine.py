@@ -1,7 +1,8 @@
 """`FleetEngine`: the engine's JSON contract served from the fleet store.
 
-It is a `MemoryEngine` whose backend is the fleet's (`FleetBackend`, fleet/backend.py): the
-same request parsing, planner, error handling and result shape, plus the fleet fields of
+It is the `MemoryEngine` facade composed with the fleet's parts (`fleet_parts`), whose
+backend is the fleet's (`FleetBackend`, fleet/backend.py): the same request parsing,
+planner, error handling and result shape, plus the fleet fields of
 docs/design.md ("Fleet store"): `robot` (one id, a list, or "all"), `map`, and `robot`/`map`
 in every result. `save` and `compact` belong to a robot's own memory (memory-sync brings the
 result here) and are refused as bad requests.
@@ -11,7 +12,7 @@ else the map the robots the request names share, else the asking robot's own map
 place brings its own map), places are looked up among the robots', and the streams answer
 lists every robot. `near`, `seen_near` and `visits` mean what they mean on a robot, over
 what memory-sync brings (places, camera views, every row's pose); visits come from each
-robot's own pose track.
+robot's own pose track (the robot's `VisitFinder` and planner over the fleet backend).
 """
 
 from __future__ import annotations

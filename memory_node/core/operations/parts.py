@@ -29,9 +29,9 @@ class EngineParts:
     streams: StreamsPart
 
 
-def local_parts(host: Host, models: Models, llm_settings: Any) -> EngineParts:
+def local_parts(host: Host, models: Models, repair: StartupRepair,
+                llm_settings: Any) -> EngineParts:
     """The parts of an engine over a robot's own memory directory."""
-    repair = StartupRepair(host)
     saving = NoteSaving(host, models, repair)
     upkeep = Upkeep(host, saving, llm_settings)
     return EngineParts(storage=LocalStorage(host, models, repair, saving, upkeep),
