@@ -46,8 +46,6 @@ from memory_node.core.query import SearchPlan, read_save, read_search
 from memory_node.core.store.sqlite_store import SqliteObservationStore
 from memory_node.core.types import Observation, Pose
 
-__all__ = ["CameraFrame", "EngineParts", "MemoryEngine", "dumps"]
-
 log = logging.getLogger(__name__)
 # A full disk is logged at most once per this many seconds, however many requests meet it.
 DISK_LOG_PERIOD_S = 60.0
