@@ -98,7 +98,7 @@ def during(base: Path, work: Path, want: int, **cfg
         eng = engine(work, compact_interval_s=0.05, **cfg)
         job = eng._maintenance
         timed(eng, n=20)  # warm
-        while job.rounds == 0 and not eng._compact_lock.locked():
+        while job.rounds == 0 and not eng.parts.compact.lock.locked():
             time.sleep(0.001)
         t = time.perf_counter()
         samples += timed(eng, until=lambda job=job: job.rounds == 0)

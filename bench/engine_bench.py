@@ -427,8 +427,7 @@ def _seed_query_cache(eng: Any) -> Callable[[], None]:
     def embed(texts: Any) -> np.ndarray:
         vecs = orig(texts)
         if len(texts) == 1:
-            with eng._qcache_lock:
-                eng._qcache[(eng.text_model_id, texts[0])] = vecs[0]
+            eng.models.remember_query(eng.text_model_id, texts[0], vecs[0])
         return vecs
 
     eng._embed_texts = embed

@@ -10,6 +10,10 @@ How a backend finds rows (SQL, an in-memory mask, a graph index, pgvector) is it
 robot's SQLite store with its vector indexes (`core/local_backend.py`) and the fleet's
 PostgreSQL store (`fleet/backend.py`) both implement `SearchBackend`. Every backend compiles
 the same `RowFilter`, whose `matches` is the reference semantics.
+
+Visits are planned here too (`QueryPlanner.visits`): the backend gives each robot's pose
+history around the circle (`pose_excerpts`), and core/visits.py finds the visits in it, so a
+robot's store and the fleet's answer visits the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 from memory_node.core.query import SearchPlan
 from memory_node.core.store.pose_index import PoseExcerpt
 from memory_node.core.types import RowFilter
+from memory_node.core.visits import VisitSpan, find_visits, find_visits_in, gap_notes
 
 Row = TypeVar("Row")
 QueryVectors = dict[str, np.ndarray]  # the query's embedding per model
@@ -30,6 +35,8 @@ QueryVectors = dict[str, np.ndarray]  # the query's embedding per model
 EMPTY_WINDOW = "the time window is empty (its start is after its end)"
 NO_VECTORS = "no embedded rows in the requested stream(s): semantic_query ignored"
 NO_LOADED_MODEL = "no embedded rows of a loaded model: semantic_query ignored"
+NO_POSE_HISTORY = ("no pose history in this time window: no odometry or other observation "
+                   "with a pose is stored for it, so visits are not known")
 
 
 @dataclass
@@ -140,3 +147,56 @@ class QueryPlanner(Generic[Row]):
         rows = self.backend.ordered(where, order_by, k)
         return [(row, None) for row in rows], [note] if note else []
 
+
+    # ---- visits ---------------------------------------------------------------------------
+    def visits(self, plan: SearchPlan, gap_s: float, clock: Callable[[], float],
+               history_gap_s: float | None = None
+               ) -> tuple[list[tuple[VisitSpan, str | None]], list[str]]:
+        """Visits to the plan's circle in its time window, each with its robot (None on a
+        robot's own store), in time order; and notes where pose history is missing.
+
+        `gap_s` is the configured gap threshold, `history_gap_s` a coarser one where the
+        stored pose history is sparser than that (the disk budget downsampled it)."""
+        assert plan.near is not None
+        if plan.empty_window:
+            return [], [EMPTY_WINDOW]
+        # One sample either side of the window links a visit that crosses its edges.
+        lo = None if plan.t_min is None else plan.t_min - gap_s
+        hi = None if plan.t_max is None else plan.t_max + gap_s
+        tracks = self.backend.pose_excerpts(plan.robots, plan.map_id, plan.near, plan.radius,
+                                            lo, hi, gap_s)
+        spans: list[tuple[VisitSpan, str | None]] = []
+        notes: list[str] = []
+        for robot, track in tracks.items():
+            got, said = self.track_visits(plan, track, history_gap_s or gap_s, clock)
+            spans += [(v, robot) for v in got]
+            notes += said if len(tracks) == 1 else [f"{robot}: {n}" for n in said]
+        if not tracks:
+            notes.append(f"no robot has pose history on map {plan.map_id} in this time "
+                         "window, so visits are not known")
+        spans.sort(key=lambda p: (p[0].start, p[1] or ""))
+        return spans, notes
+
+    @staticmethod
+    def track_visits(plan: SearchPlan, history: np.ndarray | PoseExcerpt, gap_s: float,
+                     clock: Callable[[], float]) -> tuple[list[VisitSpan], list[str]]:
+        """One robot's visits in its pose history: a whole track or the pose-history index's
+        excerpt for the circle, the same visits either way; and notes on where it is
+        missing."""
+        assert plan.near is not None
+        if isinstance(history, PoseExcerpt):
+            last_t = history.last_t
+        else:
+            last_t = float(history[-1, 0]) if len(history) else None
+        t_max = plan.t_max
+        if t_max is None and plan.t_min is not None:
+            t_max = max(clock(), plan.t_min if last_t is None else last_t)
+        # (with a window ending now or later, the track reaches now: see find_visits)
+        now = clock()
+        args = (plan.near, plan.radius, gap_s, plan.t_min, t_max,
+                now if t_max is None or t_max >= now else None)
+        spans, gaps = (find_visits_in(history, *args) if isinstance(history, PoseExcerpt)
+                       else find_visits(history, *args))
+        if last_t is None:
+            return spans, [NO_POSE_HISTORY]
+        return spans, gap_notes(gaps, gap_s)
