@@ -381,9 +381,11 @@ class RecorderPolicy:
         order) where its kind does work worth doing early (a camera frame's decode,
         description and JPEG): any thread, several at once. A failure is kept for `store` to
         count where the row would have been stored."""
-        if job.payload is not None or not stream_kind(job.stream).rows.prepares:
+        if job.payload is not None:
             return
         try:
+            if not stream_kind(job.stream).rows.prepares:
+                return
             payload = self.payloads.early(job)
             if payload is not None:
                 self.engine.prepare_stream_row(job.stream, payload)
