@@ -61,7 +61,7 @@ def per_row(store: Path) -> dict:
 
 
 def jpeg_sizes(store: Path, images: list[Path], width: int, height: int) -> dict:
-    """Bytes of the package's JPEG (MemoryEngine.prepare_camera_frame: describe + encode at
+    """Bytes of the package's JPEG (MemoryEngine.prepare_stream_row: describe + encode at
     the recorder's quality) of frames scaled to width x height."""
     import cv2
 
@@ -79,7 +79,7 @@ def jpeg_sizes(store: Path, images: list[Path], width: int, height: int) -> dict
                 img = cv2.resize(img, (width, height), interpolation=cv2.INTER_AREA
                                  if img.shape[1] > width else cv2.INTER_LINEAR)
                 frame = CameraFrame(t=0.0, pose=None, image_bgr=np.ascontiguousarray(img))
-                eng.prepare_camera_frame(frame)
+                eng.prepare_stream_row("camera", frame)
                 assert frame.jpeg is not None
                 out[kind].append(len(frame.jpeg))
     return {k: round(mean(v)) for k, v in out.items() if v}

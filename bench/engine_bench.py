@@ -523,7 +523,8 @@ def section_ingest(rates: list[float], seconds: float, scratch: Path, log: Log) 
     trots at 0.8 m/s along a circle. The ROS recorder itself is not in this figure.
     """
     from memory_node.core.config import MemoryConfig
-    from memory_node.core.engine import CameraFrame, MemoryEngine
+    from memory_node.core.engine import MemoryEngine
+    from memory_node.core.ingest import CameraFrame, LidarScan
     from memory_node.core.types import Pose
 
     out: dict[str, Any] = {"seconds": seconds, "rates": {}}
@@ -603,7 +604,7 @@ def section_ingest(rates: list[float], seconds: float, scratch: Path, log: Log) 
                     cams = [CameraFrame(t=1.7e9 + b[1], pose=b[2],
                                         image_bgr=frames[counts["described"] % 8 + 0])
                             for b in batch]
-                    eng.add_camera_frames(cams)
+                    eng.add_stream_rows("camera", cams)
                     counts["described"] += len(cams)
                     counts["embedded"] += len(cams)
                     counts["stored"] += len(cams)
@@ -613,7 +614,7 @@ def section_ingest(rates: list[float], seconds: float, scratch: Path, log: Log) 
 
         def _store(item: tuple) -> None:
             _s, t, p = item
-            eng.add_lidar_scan(1.7e9 + t, p, pts)
+            eng.add_stream_rows("lidar", [LidarScan(1.7e9 + t, p, pts)])
             counts["stored"] += 1
 
         cpu0 = proc.cpu_times() if proc else None

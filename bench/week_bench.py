@@ -5,10 +5,11 @@
     python -m bench.week_bench --budget-mb 500 --queries 40  # the week under a disk budget
 
 The store is written through the core ingest the recorder and memory-import use
-(`MemoryEngine.add_camera_frames`, `add_lidar_scan`, `add_observation`, and `save` for the
-robot's notes), at the rows per second the recorder keeps at Go2 rates (BENCHMARKS.md,
-memory-import, 8 h at Go2 rates: camera 1.53, lidar 1.47, odometry 1.58 kept rows per second
-while walking; a standing robot keeps one keyframe per stream per `max_interval`, 10 s).
+(`MemoryEngine.add_stream_rows` for camera frames and lidar scans, `add_observation`, and
+`save` for the robot's notes), at the rows per second the recorder keeps at Go2 rates
+(BENCHMARKS.md, memory-import, 8 h at Go2 rates: camera 1.53, lidar 1.47, odometry 1.58 kept
+rows per second while walking; a standing robot keeps one keyframe per stream per
+`max_interval`, 10 s).
 A Go2 walks an hour per battery: each day has `--active-hours` patrols of one hour round a
 12 m x 8 m loop at 0.8 m/s, from a dock where it stands (and records) the rest of the day, and
 a note every 15 minutes of patrol. The camera is 64x48 (views of the simulated flat along the
@@ -191,7 +192,8 @@ def build(memory: Path, days: float, active_hours: int, checkpoints_h: list[floa
     from bench.import_bench import _flat_views
     from memory_node.core.config import MemoryConfig
     from memory_node.core.embedders.minilm import MiniLMEmbedder
-    from memory_node.core.engine import CameraFrame, MemoryEngine
+    from memory_node.core.engine import MemoryEngine
+    from memory_node.core.ingest import CameraFrame, LidarScan
     from memory_node.core.types import Pose, View
 
     views = _flat_views(48, 64, 48)
@@ -228,7 +230,7 @@ def build(memory: Path, days: float, active_hours: int, checkpoints_h: list[floa
 
     def flush() -> None:
         if pending:
-            engine.add_camera_frames(pending)
+            engine.add_stream_rows("camera", pending)
             counts["camera"] += len(pending)
             pending.clear()
 
@@ -313,7 +315,7 @@ def build(memory: Path, days: float, active_hours: int, checkpoints_h: list[floa
             if len(pending) >= CAMERA_BATCH:
                 flush()
         elif stream == "lidar":
-            engine.add_lidar_scan(t, pose, world + [x, y, 0.0])
+            engine.add_stream_rows("lidar", [LidarScan(t, pose, world + [x, y, 0.0])])
             counts["lidar"] += 1
         else:
             engine.add_observation("odom", t, pose, {"speed": SPEED})
@@ -433,7 +435,7 @@ def report(res: dict[str, Any]) -> str:
     labels = [_label(c["hours"]) for c in cps]
     lines = ["## A week: query costs against the store's age (issue 37)", "",
              f"Command: `{res['command']}`. One store written through the "
-             "core ingest (`add_camera_frames`, `add_lidar_scan`, `add_observation`, `save`) at "
+             "core ingest (`add_stream_rows`, `add_observation`, `save`) at "
              "the rows a Go2's recorder keeps: walking, camera 1.53, lidar 1.47, odometry "
              "1.58 rows/s (memory-import's 8 h at Go2 rates); docked, one keyframe per stream "
              f"every {MAX_INTERVAL_S:g} s; {res['active_hours']} one-hour patrols a day round a "

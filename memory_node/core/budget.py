@@ -17,7 +17,8 @@ under LOW_WATER of its budget (so it does not evict at every check):
 Steps 2 to 4 downsample the pose history instead of dropping it: an odometry row or a
 removed row that is the only pose sample in its POSE_STEP_SHARE × visit_gap_s stretch stays
 as a pose sample, so visits and "where was I at 10:00" are still answered there, at that
-precision. Notes, summaries and places are never removed: when nothing else is left the
+precision. Sensor rows are those of every registered stream kind (core/streams.py), read
+each time. Notes, summaries and places are never removed: when nothing else is left the
 store stays over budget and says so once, at error level.
 """
 
@@ -35,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from memory_node.core.compaction import YIELD_S, choose_kept, referenced_ids, time_pages
-from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
+from memory_node.core.config import MemoryConfig
 from memory_node.core.store.sqlite_store import SqliteObservationStore
+from memory_node.core.streams import sensor_stream_names
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +138,16 @@ class DiskBudget:
         self.meter = DiskMeter(config.root, store)
         self.cancelled = cancelled
         self.budget_bytes = int(config.disk_budget_mb * MIB) if config.disk_budget_mb > 0 else None
-        self.sensors = [s for s in SENSOR_STREAMS if s in config.streams]
         self.base_step = config.visit_gap_s * POSE_STEP_SHARE
         self._said_full = False
         self._record: tuple[float, dict[str, tuple[int, float]], dict[str, Any]] | None = None
         self._run_lock = threading.Lock()
+
+    @property
+    def sensors(self) -> list[str]:
+        """The streams whose rows may be removed: every registered sensor stream kind
+        (core/streams.py), read when asked so a kind registered later counts too."""
+        return list(sensor_stream_names())
 
     # ---- what searches and streams read ---------------------------------------------------
     def evicted(self) -> dict[str, tuple[int, float]]:
@@ -176,7 +183,8 @@ class DiskBudget:
         """(notes for visits whose window reaches into downsampled pose history, the gap
         threshold to use there when the pose history is coarser than visit_gap_s allows)."""
         evicted = self.evicted()
-        upto = max((u for s, (n, u) in evicted.items() if n > 0 and s in SENSOR_STREAMS),
+        sensors = sensor_stream_names()
+        upto = max((u for s, (n, u) in evicted.items() if n > 0 and s in sensors),
                    default=None)
         if upto is None or (t_min is not None and t_min > upto):
             return [], None

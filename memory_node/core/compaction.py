@@ -1,5 +1,8 @@
 """Compaction: consolidate without losing anything.
 
+Sensor rows are the rows of every registered stream kind (core/streams.py): the built-in
+camera, lidar and odometry and any kind registered beside them.
+
 1. Thinning: sensor keyframes older than `retention_s` are thinned per space-time cell
    (`thin_cell_m` × `thin_cell_s`, per stream). A cell keeps the rows that answer questions:
    its newest row, the rows extreme on each numeric tag (brightest and darkest, most and
@@ -27,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from memory_node.core.config import SENSOR_STREAMS, MemoryConfig
+from memory_node.core.config import MemoryConfig
 from memory_node.core.errors import ContractError
 from memory_node.core.query import ENGINE_TAGS, SaveRequest
 from memory_node.core.store.base import CompactionStore
+from memory_node.core.streams import sensor_stream_names
 from memory_node.core.types import Observation, Pose
 
 # (model id, stream, row id) -> the row's vector, or None when it has none.
@@ -196,7 +200,7 @@ class Compactor:
     # ---- 1. thinning ----------------------------------------------------------------------
     def thin(self, now: float) -> int:
         cutoff = now - self.cfg.retention_s
-        streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
+        streams = list(sensor_stream_names())  # every registered kind (core/streams.py)
         referenced = self.referenced_ids()
         total = 0
         for rows in time_pages(self.store, streams, self.cfg.thin_cell_s, cutoff):
@@ -266,7 +270,7 @@ class Compactor:
     # ---- 2. folding -----------------------------------------------------------------------
     def fold(self) -> int:
         start = int(self.store.get_meta("fold_checked_id") or 0)
-        streams = [s for s in SENSOR_STREAMS if s in self.cfg.streams]
+        streams = list(sensor_stream_names())  # every registered kind (core/streams.py)
         rows = self.store.rows_of(streams, after_id=start, with_vectors=True)
         by_stream: dict[str, list[Observation]] = defaultdict(list)
         for obs in rows:

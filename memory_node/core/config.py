@@ -12,9 +12,11 @@ from typing import Any
 
 from memory_node.core.streams import BUILTIN_STREAMS
 
-SENSOR_STREAMS = tuple(k.name for k in BUILTIN_STREAMS)  # camera, lidar, odom
 NOTE_STREAMS = ("events", "summaries")
-DEFAULT_STREAMS = (*SENSOR_STREAMS, *NOTE_STREAMS)
+# The names a memory knows before any row exists: the built-in sensor kinds and the notes'.
+# Which streams are sensor streams (thinned, evictable) is the registry's to say
+# (core.streams.sensor_stream_names), not this default's.
+DEFAULT_STREAMS = (*(k.name for k in BUILTIN_STREAMS), *NOTE_STREAMS)
 
 
 # The fewest principal axes a graph may walk (hnsw_dims); as the graph index's.

@@ -4,7 +4,7 @@ The ROS query server and the in-process agent client both wrap it, so docs/desig
 is implemented here once. Each operation has one name, the service's verb (search, save,
 compact, streams): `ask_<verb>` answers the contract's models and `<verb>` the JSON text
 (see "The contract's operations" below and docs/architecture.md). Sensor ingestion (the
-recorder) goes through the typed methods `add_camera_frames`, `add_lidar_scan` and
+recorder) goes through `add_stream_rows`, one method for every registered stream kind, and
 `add_observation`.
 """
 
@@ -33,7 +33,7 @@ from memory_node.core.contract import (
 from memory_node.core.disk import RateLimitedLog
 from memory_node.core.errors import Unavailable
 from memory_node.core.index_manager import IndexManager
-from memory_node.core.ingest import CameraFrame, Ingestor
+from memory_node.core.ingest import Ingestor
 from memory_node.core.notes import NotesLog
 from memory_node.core.operations.edge import dumps, guard
 from memory_node.core.operations.host import Clock, PoseProvider
@@ -399,19 +399,17 @@ class MemoryEngine:
         self.sync()
         return ids
 
-    def add_camera_frames(self, frames: Sequence[CameraFrame], stream: str = "camera",
-                          jpeg_quality: int = 80) -> list[int]:
-        """Describe, encode and embed a batch of frames; one transaction for the batch."""
-        return self.ingestor.add_camera_frames(frames, stream, jpeg_quality)
+    def add_stream_rows(self, stream: str, payloads: Sequence[Any]) -> list[int]:
+        """Store payloads of a registered sensor stream the way its kind says
+        (core/streams.py, core/stream_rows.py): `CameraFrame`s (one batch: one embed call, one
+        transaction), `LidarScan`s or `SensorRow`s. One path for every kind, so a new one adds
+        no method here. Returns the new ids."""
+        return self.ingestor.add(stream, payloads)
 
-    def prepare_camera_frame(self, frame: CameraFrame, stream: str = "camera") -> None:
-        """Describe and encode a frame now, on the calling thread (thread-safe; see
-        Ingestor.prepare_frame); `add_camera_frames` then only embeds and stores it."""
-        self.ingestor.prepare_frame(frame, stream)
-
-    def add_lidar_scan(self, t: float, pose: Pose | None, points: np.ndarray,
-                       stream: str = "lidar", tags: dict[str, Any] | None = None) -> int:
-        return self.ingestor.add_lidar_scan(t, pose, points, stream, tags)
+    def prepare_stream_row(self, stream: str, payload: Any) -> None:
+        """The CPU-heavy part of storing one payload (a frame's description and JPEG) now, on
+        the calling thread (thread-safe); `add_stream_rows` then only embeds and stores it."""
+        self.ingestor.prepare(stream, payload)
 
     # ---- start-up work ----------------------------------------------------------------------
     def _ingest_note_files(self) -> int:

@@ -4,8 +4,10 @@ the store".
 `RecorderPolicy` stamps each message (header, receipt or auto; zero stamps take the arrival
 time), resolves its pose (TF world ← base at the stamp, waiting up to `tf_wait_s` for a late
 transform, else odometry at the stamp, else none), runs the keyframe gate, and stores the
-keyframes (camera frames with their view, lidar scans, odometry) through the engine. Messages
-are duck-typed: rclpy's and a bag reader's deserialized messages have the same fields.
+keyframes through the engine's one ingestion path (`add_stream_rows`), as payloads that
+core/keyframe_payloads.py builds (camera frames with their view, lidar scans, and every other
+registered stream's decoded row). Messages are duck-typed: rclpy's and a bag reader's
+deserialized messages have the same fields.
 
 Two ways to drive it, one policy:
 - the ROS node (ros/recorder.py) keeps subscriptions, queues and threads and calls the three
@@ -24,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,17 +41,16 @@ from memory_node.core.disk import (
     disk_full_text,
     is_disk_full,
 )
-from memory_node.core.ingest import CameraFrame
+from memory_node.core.keyframe_payloads import Job, KeyframePayloads
 from memory_node.core.pose_history import Logger, PoseHistory, default_logger
 from memory_node.core.recorder_settings import recorder_settings
 from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
-from memory_node.core.streams import BUILTIN_STREAMS, sensor_stream_names, stream_kind
-from memory_node.core.types import Pose, View
-from memory_node.core.views import forward_yaw, is_optical, make_view, mounted, view_range
+from memory_node.core.streams import sensor_stream_names, stream_kind
+from memory_node.core.types import View
 from memory_node.wire.geometry import stamp_to_seconds
-from memory_node.wire.tf_buffer import Transform, TransformError
 
-STREAMS = tuple(k.name for k in BUILTIN_STREAMS)  # the built-in kinds (core/streams.py)
+__all__ = ["Job", "ManualClock", "RecorderPolicy", "StreamCounters", "view_thumbnail"]
+
 # A full disk or the disk reserve is logged at most once per this many seconds.
 DISK_LOG_PERIOD_S = 60.0
 
@@ -89,26 +90,6 @@ def view_thumbnail(msg: Any, kind: str) -> np.ndarray | None:
         return None  # storing reports undecodable frames
 
 
-@dataclass
-class Job:
-    """One received message on its way through the stages."""
-
-    stream: str
-    t: float  # the time stored
-    msg: Any
-    kind: str = ""  # camera: "raw" (Image), "compressed" (CompressedImage) or "video"
-    # (a core.front_video.VideoPicture, converted to pixels only when kept)
-    enqueued: float = 0.0  # arrival on the wall clock (bounds the wait for TF)
-    pose: Pose | None = None
-    epoch: int = 0  # time jumps back seen before the message arrived
-    lookup_t: float = 0.0  # the stamp TF and odometry are looked up at (see `stamp`)
-    tags: dict[str, Any] = field(default_factory=dict)  # tags known on arrival (odom speed)
-    # A camera keyframe decoded and described ahead of storing (`RecorderPolicy.prepare`),
-    # or why that failed.
-    frame: CameraFrame | None = None
-    failure: Exception | None = None
-
-
 def _settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The recorder and pose keys of `settings` over their defaults (other keys, such as the
     engine's from the same file, are not the policy's)."""
@@ -133,8 +114,8 @@ class RecorderPolicy:
     """The recorder between arrival and storage (see the module docstring).
 
     `settings`: the recorder and pose parameters (core.recorder_settings; missing keys take
-    their defaults). `engine`: anything with `add_camera_frames`, `add_lidar_scan` and
-    `add_observation` (core.engine.MemoryEngine). `poses`: the pose history the node's TF
+    their defaults). `engine`: anything with `add_stream_rows` and `prepare_stream_row`
+    (core.engine.MemoryEngine). `poses`: the pose history the node's TF
     listener feeds; its `wall` bounds waits for TF. `clock`: the node clock (default the
     pose history's).
     """
@@ -156,7 +137,6 @@ class RecorderPolicy:
                       for s in self.streams}
         self.gates["camera"].min_view_change = cfg["min_view_change"]
         self.gates["camera"].min_view_interval = cfg["min_view_interval"]
-        self.voxel = cfg["lidar_voxel"]
         self.batch_size = max(1, cfg["batch_size"])
         self.tf_wait_s = cfg["tf_wait_s"]
         self.stamp_source = cfg["stamp_source"]
@@ -165,15 +145,14 @@ class RecorderPolicy:
         self.timeline = Timeline()  # epochs of the node clock: a looping bag starts a new one
         self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
         self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
-        # The newest lidar keyframe in world coordinates (t, xy): the range of camera views.
-        self._last_scan: tuple[float, np.ndarray] | None = None
         self.resolver = PoseResolver(poses, self.tf_wait_s, clock=self.wall, sleep=sleep,
                                      node_clock=self.clock,
                                      jump_threshold_s=self.timeline.detector.threshold_s)
         self._unposed_said: set[str] = set()  # streams warned about rows without a pose
         # recent odometry samples (stamp, x, y, frame): speed when the twist is empty
         self._odom_track: deque[tuple[float, float, float, str]] = deque(maxlen=64)
-        self._mount_lidar()
+        # What each kept job becomes before it is stored (views, scans, registered rows).
+        self.payloads = KeyframePayloads(cfg, poses, self.log)
         # offline driving (on_message / flush): messages waiting for their pose, in order
         self._waiting: deque[Job] = deque()
         self.manual_clock: ManualClock | None = None
@@ -190,8 +169,6 @@ class RecorderPolicy:
         config = getattr(engine, "config", None)
         self.reserve = DiskReserve(getattr(config, "root", "."),
                                    float(getattr(config, "disk_reserve_mb", 0.0) or 0.0))
-        # The views' field of view: camera_hfov_deg until the driver's CameraInfo tells it.
-        self.camera_hfov_deg: float = cfg["camera_hfov_deg"]
 
     @classmethod
     def offline(cls, settings: Mapping[str, Any], engine: Any,
@@ -316,20 +293,6 @@ class RecorderPolicy:
                 return round(math.hypot(x - x0, y - y0) / span, 3)
         return None
 
-    def on_camera_info(self, msg: Any) -> None:
-        """The driver's CameraInfo: its field of view replaces camera_hfov_deg for views (said
-        when it changes); camera_hfov_deg 0 (no views) stays off."""
-        from memory_node.core.camera_info import hfov_deg
-
-        hfov = hfov_deg(msg)
-        if hfov is None or self.settings["camera_hfov_deg"] <= 0:
-            return
-        hfov = round(hfov, 2)
-        if hfov != self.camera_hfov_deg:
-            self.log.info(f"camera field of view {hfov:g} deg from camera_info (width "
-                          f"{int(msg.width)} px, fx {float(msg.k[0]):g} px)")
-            self.camera_hfov_deg = hfov
-
     # ---- stage 2: pose and keyframe gate ----------------------------------------------------
     def before_time_jump(self, job: Job) -> bool:
         return job.epoch != self.timeline.epoch
@@ -378,7 +341,7 @@ class RecorderPolicy:
         return True
 
     def _gated(self, stream: str) -> bool:
-        return stream in STREAMS or stream_kind(stream).gated
+        return stream_kind(stream).gated
 
     # A stream with this many rows stored without a pose is said (once) with the reason.
     UNPOSED_WARN_AFTER = 10
@@ -414,25 +377,21 @@ class RecorderPolicy:
 
     # ---- stage 3: storage -------------------------------------------------------------------
     def prepare(self, job: Job) -> None:
-        """Decode, describe and encode a kept camera frame ahead of `store` (which still
-        stores in order): any thread, several at once. A failure is kept for `store` to count
-        where the frame would have been stored."""
-        if job.stream != "camera" or job.frame is not None:
+        """Build and prepare a kept job's payload ahead of `store` (which still stores in
+        order) where its kind does work worth doing early (a camera frame's decode,
+        description and JPEG): any thread, several at once. A failure is kept for `store` to
+        count where the row would have been stored."""
+        if job.payload is not None:
             return
         try:
-            frame = CameraFrame(job.t, job.pose, self._decode(job))
-            self.engine.prepare_camera_frame(frame)
-            job.frame = frame
+            if not stream_kind(job.stream).rows.prepares:
+                return
+            payload = self.payloads.early(job)
+            if payload is not None:
+                self.engine.prepare_stream_row(job.stream, payload)
+                job.payload = payload
         except Exception as exc:  # noqa: BLE001 - counted by store()
             job.failure = exc
-
-    @staticmethod
-    def _decode(job: Job) -> np.ndarray:
-        from memory_node.wire.image_codec import compressed_to_bgr, image_to_bgr
-
-        if job.kind == "video":
-            return job.msg.to_bgr()
-        return compressed_to_bgr(job.msg) if job.kind == "compressed" else image_to_bgr(job.msg)
 
     def _not_stored(self, stream: str, exc: BaseException | None, n: int = 1,
                     what: str = "") -> None:
@@ -464,147 +423,49 @@ class RecorderPolicy:
                                         say=self.log.info)
 
     def store(self, jobs: Sequence[Job]) -> None:
-        """Decode and store kept jobs; camera frames of the batch go in one embed call. One
-        bad message is counted and logged, never raised. Below the disk reserve the jobs are
-        counted as not stored (`not_stored`), not written."""
-        from memory_node.wire.pointcloud import read_xyz, voxel_downsample
-
+        """Build each kept job's payload in order and store it the way its stream kind says
+        (core/streams.py): kinds stored in batches (camera frames: one embed call) in one call
+        per stream, the others one call per row. One bad message is counted and logged, never
+        raised. Below the disk reserve the jobs are counted as not stored (`not_stored`), not
+        written."""
         if jobs and self.reserve.reached():
             for j in jobs:
                 self._not_stored(j.stream, None)
             return
-        frames: list[CameraFrame] = []
+        batches: dict[str, list[Any]] = {}
         for j in jobs:
             try:
                 if j.failure is not None:
                     raise j.failure
-                if j.stream == "camera":
-                    frame = j.frame or CameraFrame(j.t, j.pose, self._decode(j))
-                    frame.view = self.camera_view(j)
-                    frames.append(frame)
-                elif j.stream == "lidar":
-                    pts = voxel_downsample(read_xyz(j.msg), self.voxel)
-                    self._keep_scan(j, pts)
-                    self.engine.add_lidar_scan(j.t, j.pose, pts, tags=self._scan_tags(j, pts))
-                    self.counters["lidar"].stored += 1
-                    self._stored_again()
-                else:  # odometry, a registered kind: its decoder gives the row
-                    decode = stream_kind(j.stream).to_row
-                    assert decode is not None  # only camera and lidar have none
-                    tags, text = decode(j.msg)
-                    self.engine.add_observation(j.stream, j.t, j.pose, dict(j.tags) | tags,
-                                                text=text)
-                    self.counters[j.stream].stored += 1
-                    self._stored_again()
+                payload = self.payloads.build(j)
+                if stream_kind(j.stream).rows.batched:
+                    batches.setdefault(j.stream, []).append(payload)
+                    continue
+                self.engine.add_stream_rows(j.stream, [payload])
+                self.counters[j.stream].stored += 1
+                self._stored_again()
             except Exception as exc:  # noqa: BLE001 - one bad message never stops recording
                 self._not_stored(j.stream, exc, what=f"{j.stream} message at {j.t:.3f}")
-        if frames:
+        for stream, payloads in batches.items():
             try:
-                self.engine.add_camera_frames(frames)
-                self.counters["camera"].stored += len(frames)
+                self.engine.add_stream_rows(stream, payloads)
+                self.counters[stream].stored += len(payloads)
                 self._stored_again()
             except Exception as exc:  # noqa: BLE001
-                self._not_stored("camera", exc, len(frames),
-                                 what=f"{len(frames)} camera frame(s)")
-
-    def _mount_lidar(self) -> None:
-        """The lidar mount parameters as a static transform base_frame -> lidar_frame, for a
-        stack that publishes none (unitree_ros2's utlidar_lidar); a published transform for
-        that frame replaces it (the newest wins)."""
-        cfg = self.settings
-        frame = cfg["lidar_frame"]
-        if not frame or self.poses.buffer.has_frame(frame):
-            return
-        from memory_node.wire.geometry import quaternion_from_euler
-
-        q = quaternion_from_euler(cfg["lidar_mount_roll"], cfg["lidar_mount_pitch"],
-                                  cfg["lidar_mount_yaw"])
-        self.poses.buffer.set_edge(cfg["base_frame"], frame, 0.0,
-                                   (cfg["lidar_mount_x"], cfg["lidar_mount_y"],
-                                    cfg["lidar_mount_z"]), tuple(q), "lidar_mount parameters",
-                                   is_static=True)
-
-    def _frame_in_pose_frame(self, frame: str, job: Job) -> Transform | None:
-        """pose frame <- `frame` at the job's stamp: TF world <- frame when TF has it, else
-        the job's pose (odometry, in its frame) composed with base <- frame (a mount)."""
-        tr = self.poses.lookup(frame, job.lookup_t)
-        if tr is not None or job.pose is None:
-            return tr
-        pose = job.pose
-        if frame == pose.frame:
-            return Transform.identity()
-        base = Transform.from_xyz_yaw(pose.x, pose.y, pose.yaw, pose.z)
-        try:
-            mount = self.poses.buffer.lookup(self.poses.base_frame, frame, job.lookup_t,
-                                             self.poses.tolerance_s)
-        except TransformError:
-            return None
-        return base.compose(mount)
-
-    def _scan_tags(self, job: Job, pts: np.ndarray) -> dict[str, Any]:
-        """The stored cloud's frame, and for a cloud in a world-like frame (the world frame,
-        the pose's frame, any frame above the base: go2_ros2_sdk's /point_cloud2 is a map
-        chunk in odom, not a scan) its range tags measured from the robot's position there —
-        left out when that position is unknown. A sensor-frame cloud keeps the ranges from
-        its origin (the engine's default)."""
-        frame = str(getattr(job.msg.header, "frame_id", "") or "").lstrip("/")
-        if not frame:
-            return {}
-        tags: dict[str, Any] = {"frame": frame}
-        p = self.poses
-        pose_frame = job.pose.frame if job.pose is not None else None
-        if frame not in (p.world_frame, pose_frame) and frame not in p.frames_above(p.base_frame):
-            return tags
-        robot: tuple[float, float] | None = None
-        try:
-            tr = p.buffer.lookup(frame, p.base_frame, job.lookup_t, p.tolerance_s)
-            robot = (tr.x, tr.y)
-        except TransformError:
-            if job.pose is not None and frame == pose_frame:
-                robot = (job.pose.x, job.pose.y)
-        if robot is None:
-            return tags | {"max_range": None, "mean_range": None}
-        xy = np.asarray(pts, np.float64).reshape(-1, 3)[:, :2] - np.array(robot)
-        ranges = np.hypot(xy[:, 0], xy[:, 1]) if len(xy) else np.zeros(1)
-        return tags | {"max_range": round(float(ranges.max()), 3),
-                       "mean_range": round(float(ranges.mean()), 3)}
-
-    def _keep_scan(self, job: Job, pts: np.ndarray) -> None:
-        """The lidar keyframe's points in the world (above the floor), for view ranges."""
-        frame = getattr(job.msg.header, "frame_id", "")
-        tr = self._frame_in_pose_frame(frame, job) if frame else None
-        if tr is None or len(pts) == 0:
-            return
-        world = tr.apply(np.asarray(pts, np.float64))
-        self._last_scan = (job.t, world[world[:, 2] > 0.05][:, :2])
+                self._not_stored(stream, exc, len(payloads),
+                                 what=f"{len(payloads)} {stream} row(s)")
 
     def camera_view(self, job: Job) -> View | None:
-        """What the keyframe covered: camera pose from TF (world <- camera frame) at the
-        stamp, else the base pose with the configured mount; range from a lidar keyframe
-        close in time, else view_max_range; the field of view camera_info's, else
-        camera_hfov_deg. None without any pose."""
-        cfg = self.settings
-        hfov = self.camera_hfov_deg
-        if hfov <= 0:
-            return None
-        frame = cfg["camera_frame"] or getattr(job.msg.header, "frame_id", "")
-        tr = self.poses.lookup(frame, job.lookup_t) if frame else None
-        if tr is not None:
-            rot = tr.as_matrix()[:3, :3]
-            # optical by name (REP 103) or by orientation: an optical frame's y axis points
-            # down (go2_ros2_sdk's front_camera, rpy -pi/2 0 -pi/2, is one without the name)
-            optical = is_optical(frame) or float(rot[2, 1]) < -0.7
-            x, y, yaw = tr.x, tr.y, forward_yaw(rot, optical)
-        elif job.pose is not None:
-            x, y, yaw = mounted(job.pose, (cfg["camera_mount_x"], cfg["camera_mount_y"],
-                                           cfg["camera_mount_yaw"]))
-        else:
-            return None
-        scan = self._last_scan
-        pts = (scan[1] if scan is not None
-               and abs(scan[0] - job.t) <= cfg["view_lidar_max_age_s"] else None)
-        rng = view_range(pts, x, y, yaw, math.radians(hfov), cfg["view_max_range"])
-        return make_view(x, y, yaw, hfov, rng)
+        """What a camera keyframe covered (core/keyframe_payloads.py)."""
+        return self.payloads.camera_view(job)
+
+    def on_camera_info(self, msg: Any) -> None:
+        """The driver's CameraInfo: its field of view for the views from now on."""
+        self.payloads.on_camera_info(msg)
+
+    @property
+    def camera_hfov_deg(self) -> float:
+        return self.payloads.camera_hfov_deg
 
     # ---- offline driving --------------------------------------------------------------------
     def _arrive(self, arrived_s: float | None) -> None:

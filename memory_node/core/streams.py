@@ -1,16 +1,19 @@
-"""Sensor stream kinds described as data: one registry the recorder's policy reads.
+"""Sensor stream kinds described as data: one registry the recorder, memory-import, the
+settings, ingestion and the disk budget read.
 
 Each `StreamKind` says once what a stream is: its ROS message type names (strings, so the core
 imports no middleware), the recorder parameter naming its topic and that topic's default, the
-QoS profile it is subscribed with, whether the keyframe gate applies, the tags it produces and
-how a kept message becomes a stored row. Camera and lidar keep their own storing paths in
-core/recorder.py (batched frame embedding and views, scan voxels and ranges); odometry and
-every registered kind are stored generically: its `to_row` turns a kept message into tags
-and a text, and the row is stored with the pose the policy resolved.
+QoS profile it is subscribed with, whether the keyframe gate applies, the tags it produces, how
+a kept message becomes a stored row (`to_row`) and how that row is stored (`rows`, one of
+core/stream_rows.py's ways: embedded text, batched camera frames, point-cloud blobs). Camera
+and lidar turn a message into their payload in the recorder policy (frame views, scan
+voxels and ranges: core/keyframe_payloads.py); every other kind's `to_row` gives the tags and
+text of its row, stored with the pose the policy resolved. Ingestion (`Ingestor.add`),
+compaction and the disk budget treat every registered kind as a sensor stream.
 
 Adding a sensor stream: write its decoder (a function of the deserialized message) and
 `register_stream(StreamKind(...))`; the recorder policy then counts, gates, poses and stores
-it, live and offline (see test/core/test_stream_registry.py).
+it, live and offline (see test/ros/test_stream_registry.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory_node.core.front_video import FRONT_VIDEO
+from memory_node.core.stream_rows import FRAME_ROWS, SCAN_ROWS, TEXT_ROWS, RowIngest
 
 # A kept message → (tags, text) of its stored row. The text is embedded when not empty.
 RowDecoder = Callable[[Any], tuple[dict[str, Any], str]]
@@ -36,7 +40,8 @@ class StreamKind:
     qos: str = "sensor"  # "sensor" (best effort) or "reliable"
     gated: bool = True  # the keyframe gate (distance, yaw, interval) thins it
     tags: tuple[str, ...] = ()  # the tag names its rows carry
-    to_row: RowDecoder | None = None  # None: a built-in kind core/recorder.py stores itself
+    to_row: RowDecoder | None = None  # None: a built-in kind the recorder policy decodes itself
+    rows: RowIngest = TEXT_ROWS  # how its payloads are stored (core/stream_rows.py)
     builtin: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -54,9 +59,9 @@ BUILTIN_STREAMS: tuple[StreamKind, ...] = (
     # The camera has three sources; `camera_feed` picks the one the settings name.
     StreamKind("camera", ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
                           FRONT_VIDEO.msg_type), "camera_topic", "/camera/image_raw",
-               builtin=True),
+               rows=FRAME_ROWS, builtin=True),
     StreamKind("lidar", ("sensor_msgs/msg/PointCloud2",), "lidar_topic", "/lidar/points",
-               tags=("frame", "max_range", "mean_range"), builtin=True),
+               tags=("frame", "max_range", "mean_range"), rows=SCAN_ROWS, builtin=True),
     # Odometry's speed tag is measured on arrival (RecorderPolicy.receive_odom); its row is
     # otherwise the generic one, with no text.
     StreamKind("odom", ("nav_msgs/msg/Odometry",), "odom_topic", "/odom", qos="reliable",
@@ -129,5 +134,6 @@ def stream_topic_params() -> dict[str, tuple[Any, str]]:
 
 
 def sensor_stream_names() -> tuple[str, ...]:
-    """The names of every registered sensor stream."""
+    """The names of every registered sensor stream: the rows compaction thins and the disk
+    budget may remove (notes, summaries and places are never among them)."""
     return tuple(_REGISTRY)

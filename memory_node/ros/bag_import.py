@@ -39,7 +39,6 @@ from memory_node.core.secrets import mask_log_handlers
 from memory_node.core.streams import camera_feed, sensor_stream_names, stream_kinds
 from memory_node.ros.replay import ReplayError, open_reader
 
-STREAMS = ("camera", "lidar", "odom")  # built in; registered kinds: core/streams.py
 TF_TOPICS = ("/tf", "/tf_static")
 TF_TYPE = "tf2_msgs/msg/TFMessage"
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
@@ -506,7 +505,8 @@ def _messages(reader: Any, plan: Plan) -> Iterator[tuple[str, int, bytes, str]]:
 
 def plan_streams(plan: Plan) -> list[str]:
     """The built-in streams, then the registered kinds the plan matched."""
-    return [*STREAMS, *(s for s in plan.streams if s not in STREAMS)]
+    builtin = [k.name for k in stream_kinds() if k.builtin]
+    return [*builtin, *(s for s in plan.streams if s not in builtin)]
 
 
 class Importer:

@@ -18,6 +18,7 @@ from engine_support import make_engine as _make_engine
 
 from memory_node.core.contract import SaveAnswer, SaveNote
 from memory_node.core.engine import MemoryEngine
+from memory_node.core.ingest import LidarScan
 from memory_node.core.types import Pose
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,8 @@ def seed(engine: MemoryEngine, now: float) -> dict[str, int]:
         "camera", now - 3 * 3600, Pose(6.0, 4.0, yaw=0.0),
         {"brightness": 0.2, "colors": ["gray"], "person": False},
         "dark scene; mostly gray; no people")
-    engine.add_lidar_scan(now - 200, Pose(1.0, -0.5), [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    engine.add_stream_rows("lidar", [LidarScan(now - 200, Pose(1.0, -0.5),
+                                               [[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])])
     ids["bob"] = _note_at(engine, "Met Bob at the front door; he asked for a glass of water.",
                           now - 120, Pose(1.0, -0.3, yaw=0.0))
     ids["kitchen"] = _note_at(engine, "The kitchen is at the end of the hall.", now - 60,

@@ -89,7 +89,7 @@ def test_keyframes_are_stored_at_once_and_captioned_later(tmp_path: Path) -> Non
         srv.gate.clear()  # the endpoint answers nothing until the test says so
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=60)
         try:
-            ids = eng.add_camera_frames(_frames(4))  # returns while every request hangs
+            ids = eng.add_stream_rows("camera", _frames(4))  # returns while every request hangs
             rows = eng.store.get(ids)
             assert all(r.tags["caption"] == "pending" for r in rows.values())
             assert all(r.text and "caption" not in r.text for r in rows.values())
@@ -123,7 +123,7 @@ def test_only_novel_views_are_admitted(tmp_path: Path) -> None:
             changed = [CameraFrame(12.0, Pose(5.0, 0.0, yaw=math.pi / 2), _image(1))]
             ids = []
             for batch in (same, moved, turned, changed):
-                ids += eng.add_camera_frames(batch)
+                ids += eng.add_stream_rows("camera", batch)
             rows = eng.store.get(ids)
             admitted = [i for i in ids if "caption" in rows[i].tags]
             assert admitted == [ids[0], ids[5], ids[6], ids[7]]
@@ -148,7 +148,7 @@ def test_budget_holds_through_429s_and_500s(tmp_path: Path) -> None:
         srv.on_request = lambda n: times.append(sim.clock())
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=3)
         try:
-            eng.add_camera_frames(_frames(10))
+            eng.add_stream_rows("camera", _frames(10))
             wait_until(lambda: states(eng)["captioned"] == 10, "10 captioned", 90)
             assert states(eng) == {"captioned": 10, "pending": 0, "failed": 0}
             assert len(times) > 10  # the refused requests were retried
@@ -169,7 +169,7 @@ def test_outage_backs_off_then_catches_up(tmp_path: Path) -> None:
         srv.on_request = lambda n: times.append(sim.clock())
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30)
         try:
-            eng.add_camera_frames(_frames(6))
+            eng.add_stream_rows("camera", _frames(6))
             wait_until(lambda: states(eng)["captioned"] == 6, "6 captioned", 90)
             gaps = np.diff(times[:6])
             assert all(b > a * 1.5 for a, b in zip(gaps, gaps[1:], strict=False))  # growing
@@ -188,7 +188,7 @@ def test_dead_endpoint_ends_in_failed_not_lost(tmp_path: Path) -> None:
     eng = _engine(tmp_path / "m", f"http://127.0.0.1:{port}/v1", sim,
                   options={"max_attempts": 3}, caption_max_per_min=30)
     try:
-        ids = eng.add_camera_frames(_frames(3))
+        ids = eng.add_stream_rows("camera", _frames(3))
         wait_until(lambda: states(eng)["failed"] == 3, "3 failed", 90)
         rows = eng.store.get(ids)
         assert all("cannot reach" in r.tags["caption_error"] for r in rows.values())
@@ -203,7 +203,7 @@ def test_a_bad_request_answer_fails_at_once(tmp_path: Path) -> None:
     with VLMServer(lambda n, body: (400, "image too large")) as srv:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30)
         try:
-            eng.add_camera_frames(_frames(2))
+            eng.add_stream_rows("camera", _frames(2))
             wait_until(lambda: states(eng)["failed"] == 2, "2 failed", 90)
             assert srv.count == 2
         finally:
@@ -215,7 +215,7 @@ def test_restart_continues_pending_captions(tmp_path: Path) -> None:
     with VLMServer(lambda n, body: ("ok", f"a green sofa {n}")) as srv:
         srv.gate.clear()
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30, timeout=0.5)
-        ids = eng.add_camera_frames(_frames(3))
+        ids = eng.add_stream_rows("camera", _frames(3))
         eng.close()  # the process ends with every caption pending
         assert srv.count <= 1
         srv.gate.set()
@@ -232,13 +232,13 @@ def test_policy_remembers_admitted_views_across_a_restart(tmp_path: Path) -> Non
     sim = SimTime()
     with VLMServer() as srv:
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=60)
-        eng.add_camera_frames(_frames(2))
+        eng.add_stream_rows("camera", _frames(2))
         wait_until(lambda: states(eng)["captioned"] == 2, "2 captioned", 90)
         eng.close()
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=60,
                    policy=CaptionPolicy())
         try:
-            again = eng.add_camera_frames([CameraFrame(5.0, Pose(0.1, 0.0), _image(0)),
+            again = eng.add_stream_rows("camera", [CameraFrame(5.0, Pose(0.1, 0.0), _image(0)),
                                            CameraFrame(6.0, Pose(9.0, 0.0), _image(0))])
             rows = eng.store.get(again)
             # the captioned view at (0, 0) was read back: not captioned twice; (9, 0) is new
@@ -268,13 +268,13 @@ def test_an_exhausted_budget_waits_instead_of_polling(tmp_path: Path) -> None:
         eng = MemoryEngine(config, clock=FakeClock(), text_embedder=minilm(),
                            describer=VLMDescriber(client), llm_settings=None)
         try:
-            eng.add_camera_frames(_frames(3))
+            eng.add_stream_rows("camera", _frames(3))
             wait_until(lambda: states(eng)["captioned"] == 1, "1 captioned", 90)
             reads = []
             real = eng.store.tagged
             eng.store.tagged = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[method-assign]
             for i in range(3):
-                eng.add_camera_frames(_frames(1, start=10 + i))
+                eng.add_stream_rows("camera", _frames(1, start=10 + i))
                 time.sleep(0.3)
             assert len(reads) <= 3  # at most one look per wake-up
             assert states(eng) == {"captioned": 1, "pending": 5, "failed": 0}

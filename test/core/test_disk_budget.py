@@ -60,7 +60,7 @@ def built(tmp_path_factory) -> tuple[Path, int]:
         img = np.clip(rng.random((144, 192, 3)) * 60 + ramp, 0, 255).astype(np.uint8)
         frames.append(CameraFrame(t=t, pose=circle(t), image_bgr=img))
         if len(frames) == 60:
-            eng.add_camera_frames(frames)
+            eng.add_stream_rows("camera", frames)
             frames = []
     odom = [Observation(stream="odom", t=T0 + i * 2.0, pose=circle(T0 + i * 2.0),
                         tags={"speed": 0.1}) for i in range(1800)]

@@ -396,7 +396,7 @@ def test_engine_with_clip_embeds_frames_and_queries_in_clip_space(
 
     from engine_support import make_engine
 
-    from memory_node.core.engine import CameraFrame
+    from memory_node.core.ingest import CameraFrame
     from memory_node.core.types import Pose
 
     eng = make_engine(tmp_path / "m", image_embedder="clip",
@@ -404,7 +404,7 @@ def test_engine_with_clip_embeds_frames_and_queries_in_clip_space(
                       clip_text_model=str(clip_files["text"]),
                       clip_tokenizer=str(clip_files["tokenizer"]))
     try:
-        ids = eng.add_camera_frames([CameraFrame(1.0, Pose(0, 0), _solid((0, 0, 255))),
+        ids = eng.add_stream_rows("camera", [CameraFrame(1.0, Pose(0, 0), _solid((0, 0, 255))),
                                      CameraFrame(2.0, Pose(1, 0), _solid((255, 0, 0)))])
         eng.save("a red door")
         rows = eng.store.get(ids)

@@ -12,7 +12,8 @@ from chat_server import ChatServer
 from engine_support import T0, FakeClock, PoseBox, make_engine
 
 from memory_node.core.contract import ErrorAnswer, SaveAnswer, SearchAnswer, VisitsAnswer
-from memory_node.core.engine import CameraFrame, dumps
+from memory_node.core.engine import dumps
+from memory_node.core.ingest import CameraFrame
 from memory_node.core.llm import LLMSettings
 from memory_node.core.types import Pose
 
@@ -127,7 +128,7 @@ def test_filters_tags_and_order(env):
     rng = np.random.default_rng(0)
     for i in range(12):
         img = np.full((120, 160, 3), int(20 * i), np.uint8)
-        eng.add_camera_frames([CameraFrame(T0 + i * 10, Pose(i * 0.5, 0), img,
+        eng.add_stream_rows("camera", [CameraFrame(T0 + i * 10, Pose(i * 0.5, 0), img,
                                            {"frame": i})])
     clock.t = T0 + 200
     brightest = call(eng.search, '{"stream": "camera", "order_by": "-brightness", "k": 1}')

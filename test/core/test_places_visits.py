@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from engine_support import T0, FakeClock, PoseBox, make_engine
 
-from memory_node.core.engine import CameraFrame
+from memory_node.core.ingest import CameraFrame
 from memory_node.core.types import Pose, View
 
 
@@ -195,7 +195,7 @@ def test_seen_near_finds_an_object_only_ever_seen_from_across_the_room(tmp_path)
         frames.append(CameraFrame(T0 + i, Pose(x, y, yaw=yaw), img,
                                   view=View(x, y, yaw, hfov, 6.0)))
         truth[T0 + i] = info.window_fraction > 0.05
-    eng.add_camera_frames(frames)
+    eng.add_stream_rows("camera", frames)
     wx, wy = float(window[0]), float(window[1])
     near = search(eng, stream="camera", near_x=wx, near_y=wy, radius=1.5, k=10)
     assert near["count"] == 0  # the robot never stood within 1.5 m of the window

@@ -50,7 +50,7 @@ def _wait_done(eng, timeout_s: float = 60.0) -> None:
 def test_switching_to_clip_reembeds_camera_rows_in_the_background(tmp_path: Path) -> None:
     root = tmp_path / "m"
     eng = make_engine(root)
-    ids = eng.add_camera_frames(_frames(12))
+    ids = eng.add_stream_rows("camera", _frames(12))
     text_model = eng.text_model_id
     eng.save("the charger is under the desk")
     eng.close()

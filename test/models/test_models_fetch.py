@@ -68,7 +68,7 @@ def test_fetched_model_is_found_by_image_embedder_clip(
     try:
         red = np.zeros((48, 64, 3), np.uint8)
         red[..., 2] = 255
-        ids = eng.add_camera_frames([CameraFrame(1.0, Pose(0, 0), red)])
+        ids = eng.add_stream_rows("camera", [CameraFrame(1.0, Pose(0, 0), red)])
         assert eng.store.get(ids)[ids[0]].model_id == CLIP.model_id
         ans = json.loads(eng.search('{"stream": "camera", "semantic_query": "backpack"}'))
         assert ans["ok"] and ans["count"] == 1 and ans["results"][0]["score"] is not None

@@ -69,7 +69,7 @@ def _record(root: Path) -> None:
             frames.append(CameraFrame(EPOCH_S + float(t), Pose(float(x), float(y), yaw=float(yaw)),
                                       np.ascontiguousarray(rgb[..., ::-1])))
         for i in range(0, len(frames), 8):
-            engine.add_camera_frames(frames[i:i + 8])
+            engine.add_stream_rows("camera", frames[i:i + 8])
     finally:
         engine.close()
 

@@ -169,7 +169,7 @@ def test_rows_written_while_the_page_is_open_appear_without_a_reload(imported_st
         frames = [CameraFrame(now + i, Pose(x=3.0 + i, y=2.0, yaw=0.0),
                               rng.integers(0, 255, (240, 320, 3), dtype=np.uint8))
                   for i in range(2)]
-        new_ids = engine.add_camera_frames(frames)
+        new_ids = engine.add_stream_rows("camera", frames)
         saved = json.loads(engine.save('{"note": "the plant by the window needs water", '
                                        '"tags": {"plant": true}}'))
         named = json.loads(engine.save('{"place": "hall", "x": 4.0, "y": 3.0, '
