@@ -1,5 +1,6 @@
-"""The engine is split by operation: a facade over parts, none of them a big class, and the
-fleet engine composed from its own parts rather than overriding the engine's methods."""
+"""Big classes are split by job: no class in the package above MAX_CLASS_LINES (the engine a
+facade over its operations, the store and the graph index over their parts), and the fleet
+engine composed from its own parts rather than overriding the engine's methods."""
 
 from __future__ import annotations
 
@@ -10,18 +11,20 @@ from memory_node.core.engine import MemoryEngine
 from memory_node.fleet.engine import FleetEngine
 
 PACKAGE = Path(__file__).resolve().parents[2] / "memory_node"
-ENGINE_MODULES = [PACKAGE / "core" / "engine.py", PACKAGE / "fleet" / "engine.py",
-                  *sorted((PACKAGE / "core" / "operations").glob("*.py"))]
+# Every module of ours (rosidl generates memory_node/srv at setup).
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "srv" not in p.relative_to(PACKAGE).parts)
 MAX_CLASS_LINES = 500
 
 
-def test_no_engine_class_is_above_the_size_limit():
+def test_no_class_is_above_the_size_limit():
     sizes = {}
-    for path in ENGINE_MODULES:
+    for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 sizes[f"{path.name}:{node.name}"] = node.end_lineno - node.lineno + 1
-    assert sizes["engine.py:MemoryEngine"] > 0  # the walk found the facade
+    for facade in ("engine.py:MemoryEngine", "sqlite_store.py:SqliteObservationStore",
+                   "faiss_index.py:GraphIndex", "recorder.py:RecorderPolicy"):
+        assert sizes[facade] > 0  # the walk found it
     assert {k: n for k, n in sizes.items() if n > MAX_CLASS_LINES} == {}
 
 
