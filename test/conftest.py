@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 import secret_guard
 from ros_helpers import STARTED, Process, isolate_ros_environment, module_domain_id, spawn, stop
+from stream_support import range_stream  # noqa: F401 - a fixture for the tests that use it
 
 _ISOLATION = isolate_ros_environment()
 # rclpy's log files go to a folder of this run (removed at exit), not ~/.ros/log.

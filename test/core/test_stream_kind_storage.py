@@ -1,39 +1,20 @@
-"""A stream kind registered in this test alone is stored, compacted and evicted as the built-in
-sensor streams are, with no code of its own beyond its decoder: ingestion, compaction and the
-disk budget read the registry (core/streams.py), not a list of names."""
+"""A stream kind registered by the tests alone (test/stream_support.py) is stored, compacted and
+evicted as the built-in sensor streams are, with no code of its own beyond its decoder:
+ingestion, compaction and the disk budget read the registry (core/streams.py), not a list of
+names."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 from engine_support import T0, FakeClock, make_engine
 
 from memory_node.core.ingest import SensorRow
-from memory_node.core.streams import StreamKind, register_stream, unregister_stream
 from memory_node.core.types import Pose
 
 HOUR = 3600.0
 NOW = T0 + 3 * HOUR
 MIB = 1024 * 1024
-
-
-def range_row(msg) -> tuple[dict, str]:
-    metres = round(float(msg.range), 3)
-    return {"range_m": metres}, f"obstacle {metres:.2f} m ahead"
-
-
-RANGE = StreamKind("range", ("sensor_msgs/msg/Range",), "range_topic", "/range",
-                   tags=("range_m",), to_row=range_row)
-
-
-@pytest.fixture
-def range_stream():
-    register_stream(RANGE)
-    try:
-        yield RANGE
-    finally:
-        unregister_stream(RANGE.name)
 
 
 def _hour_of_readings(eng) -> list[int]:

@@ -1,7 +1,8 @@
-"""A sensor stream defined in this test alone (a range finder's sensor_msgs/Range), registered
-in core/streams.py and recorded twice without touching the recorder: live, through the ROS
-recorder node's own subscription, and by memory-import from a bag this test writes. Both give
-stored rows with the decoder's tags and text and the pose the recorder resolved."""
+"""A sensor stream defined in the tests alone (a range finder's sensor_msgs/Range, in
+test/stream_support.py), registered in core/streams.py and recorded twice without touching the
+recorder: live, through the ROS recorder node's own subscription, and by memory-import from a
+bag this test writes. Both give stored rows with the decoder's tags and text and the pose the
+recorder resolved."""
 
 from __future__ import annotations
 
@@ -17,31 +18,13 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import Range
+from stream_support import RANGE
 from waiting import wait_until
 
 from memory_node.core.streams import StreamKind, register_stream, stream_kind, unregister_stream
 from memory_node.wire.geometry import seconds_to_stamp
 
 T0 = 1_764_460_800.0
-
-
-def range_row(msg: Range) -> tuple[dict, str]:
-    """The new stream's decoder: the reading as a tag and as words."""
-    metres = round(float(msg.range), 3)
-    return {"range_m": metres}, f"obstacle {metres:.2f} m ahead"
-
-
-RANGE = StreamKind("range", ("sensor_msgs/msg/Range",), "range_topic", "/range",
-                   tags=("range_m",), to_row=range_row)
-
-
-@pytest.fixture
-def range_stream():
-    register_stream(RANGE)
-    try:
-        yield RANGE
-    finally:
-        unregister_stream(RANGE.name)
 
 
 def _odom(x: float, t: float) -> Odometry:
