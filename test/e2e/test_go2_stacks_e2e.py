@@ -136,14 +136,14 @@ def _pose_errors(rows: list[Observation], frame: str, path: np.ndarray,
 
 
 def _assert_poses(rows: list[Observation], frame: str, path: np.ndarray, what: str,
-                  late_s: float = 0.0) -> None:
+                  late_s: float = 0.0, early_s: float = 0.0) -> None:
     """The median error at the stamp under POSE_MEDIAN_M; every row under POSE_MAX_M from where
-    the robot was at its stamp or, with `late_s`, up to `late_s` before it."""
+    the robot was at its stamp or, with `late_s` and `early_s`, from `late_s` before it to
+    `early_s` after it."""
     err = _pose_errors(rows, frame, path)
     assert len(err) >= 0.9 * len(rows), f"{what}: {len(rows) - len(err)} of {len(rows)} unposed"
     assert np.median(err) < POSE_MEDIAN_M, (
         f"{what}: pose error median {np.median(err):.3f} m over {len(err)} rows")
-    early_s = ARRIVAL_EARLY_S if late_s else 0.0
     late = _pose_errors(rows, frame, path, late_s, early_s)
     worst = [r for r in rows if r.pose is not None][int(np.argmax(late))]
     assert late.max() < POSE_MAX_M, (
@@ -323,17 +323,17 @@ def test_go2_demo_questions_answered_right(go2_run) -> None:
 
 
 def _assert_unitree_views(memory_dir: Path, frame: str, path: np.ndarray,
-                          late_s: float) -> None:
+                          late_s: float, early_s: float = 0.0) -> None:
     """No TF places the camera: each camera keyframe's view starts at camera_mount_x ahead
     of the odometry pose and looks where the robot looked (up to `late_s` of arrival delay,
-    ARRIVAL_EARLY_S of a /clock read before its jump)."""
+    `early_s` of a /clock read before its jump)."""
     rows = _rows(memory_dir, "camera")
     views = _views(memory_dir, rows)
     assert len(views) >= 0.9 * len(rows)
     for r in rows:
         v = views[r.id]
         best = np.inf
-        for lag in np.arange(-ARRIVAL_EARLY_S, late_s + 1e-9, 0.05):
+        for lag in np.arange(-early_s, late_s + 1e-9, 0.05):
             t = r.t - lag
             x, y = np.interp(t, path[:, 0], path[:, 1]), np.interp(t, path[:, 0], path[:, 2])
             yaw = r.pose.yaw
@@ -374,11 +374,11 @@ def test_unitree_odometry_poses_and_the_front_video(tmp_path: Path) -> None:
     odom, lidar = _rows(memory_dir, "odom"), _rows(memory_dir, "lidar")
     camera = _rows(memory_dir, "camera")
     assert len(odom) >= 10 and len(lidar) >= 10 and len(camera) >= 10
-    _assert_poses(odom, frame, path, "odom", ARRIVAL_LATE_S)
-    _assert_poses(lidar, frame, path, "lidar", ARRIVAL_LATE_S)
-    _assert_poses(camera, frame, path, "camera", ARRIVAL_LATE_S)
+    _assert_poses(odom, frame, path, "odom", ARRIVAL_LATE_S, ARRIVAL_EARLY_S)
+    _assert_poses(lidar, frame, path, "lidar", ARRIVAL_LATE_S, ARRIVAL_EARLY_S)
+    _assert_poses(camera, frame, path, "camera", ARRIVAL_LATE_S, ARRIVAL_EARLY_S)
     assert all("odom" in r.pose.source for r in odom + lidar + camera if r.pose is not None)
-    _assert_unitree_views(memory_dir, frame, path, ARRIVAL_LATE_S)
+    _assert_unitree_views(memory_dir, frame, path, ARRIVAL_LATE_S, ARRIVAL_EARLY_S)
     cam = {s["name"]: s for s in answer["streams"]}["camera"]
     assert cam["status"] == "recording" and cam["topic"] == "/frontvideostream", answer
     gop = sample.truth["front_video"]["gop"]
