@@ -410,13 +410,3 @@ class MemoryEngine:
         """The CPU-heavy part of storing one payload (a frame's description and JPEG) now, on
         the calling thread (thread-safe); `add_stream_rows` then only embeds and stores it."""
         self.ingestor.prepare(stream, payload)
-
-    # ---- start-up work ----------------------------------------------------------------------
-    def _ingest_note_files(self) -> int:
-        """Rows for Markdown entries memory.db lacks (written by hand, or a crash before the
-        insert): the Markdown files are the record of notes."""
-        return self.repair.ingest_note_files()
-
-    def _index_missing_vectors(self) -> int:
-        """Embed rows stored without a vector (indexing failed when they were saved)."""
-        return self.repair.index_missing_vectors()
