@@ -148,6 +148,8 @@ def disc_slack(near: tuple[float, float], radius: float) -> float:
 
 _RANGE_OPS: dict[str, Any] = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b,
                               "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b}
+# The same comparisons in SQL, for the store's and the fleet's filter compilers.
+RANGE_OPS_SQL = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
 def _tag_passes(have: Any, want: Any) -> bool:

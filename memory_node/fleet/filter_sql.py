@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memory_node.core.types import RowFilter, disc_slack
+from memory_node.core.types import RANGE_OPS_SQL, RowFilter, disc_slack
 
 
 def ties(d: str) -> str:
@@ -82,7 +82,7 @@ def where(filt: RowFilter) -> tuple[list[str], list[Any]]:
             conds.append("jsonb_typeof(o.tags -> %s) = 'number'")
             params.append(key)
             for op, bound in value.items():
-                sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
+                sym = RANGE_OPS_SQL[op]
                 conds.append(f"(o.tags ->> %s)::float8 {sym} %s")
                 params += [key, float(bound)]
         elif value is None:

@@ -18,7 +18,7 @@ from memory_node.core.store import pose_index
 from memory_node.core.store.base import Candidates
 from memory_node.core.store.rows import COLUMNS, json_path, row_to_observation
 from memory_node.core.store.sqlite_db import SqliteDb
-from memory_node.core.types import Observation, RowFilter, disc_slack
+from memory_node.core.types import RANGE_OPS_SQL, Observation, RowFilter, disc_slack
 
 _ARCHIVE_UNION = (
     "(SELECT id, stream, t, x, y, z, yaw, frame, pose_source, tags, text, ref, model_id,"
@@ -88,7 +88,7 @@ class RowQuery:
                 conds.append("json_type(o.tags, ?) IN ('integer', 'real')")
                 params.append(path)
                 for op, bound in value.items():
-                    sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
+                    sym = RANGE_OPS_SQL[op]
                     conds.append(f"json_extract(o.tags, ?) {sym} ?")
                     params += [path, bound]
             elif value is None:
