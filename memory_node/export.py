@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_node.agent.source_args import memory_dir_of
 from memory_node.core.config import NOTE_STREAMS, MemoryConfig
 from memory_node.core.contract import iso_seconds
 from memory_node.core.types import Observation, Pose, RowFilter, View
@@ -587,8 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t_min = None if args.after is None else parse_time("--after", args.after)
         t_max = None if args.before is None else parse_time("--before", args.before)
-        memory_dir = Path(args.memory_dir) if args.memory_dir else MemoryConfig.from_mapping(
-            {}).root
+        memory_dir = memory_dir_of(args)
     except (ExportError, ValueError) as exc:
         print(f"memory-export: {exc}", file=sys.stderr)
         return 2

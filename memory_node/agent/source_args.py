@@ -5,6 +5,7 @@ and memory-view take the same words for the same thing."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from memory_node.agent.client import EngineClient, MemoryClient
 
@@ -43,6 +44,15 @@ def check_memory_source_args(parser: argparse.ArgumentParser, args: argparse.Nam
         parser.error("--timeout goes with --ros")
     if args.robot_id is not None and args.fleet_url is None:
         parser.error("--robot-id goes with --fleet-url")
+
+
+def memory_dir_of(args: argparse.Namespace) -> Path:
+    """--memory-dir, else the default every node and command takes (MemoryConfig:
+    $AGENT_MEMORY_DIR, else ./agent_memory)."""
+    from memory_node.core.config import MemoryConfig
+
+    return MemoryConfig.from_mapping({"memory_dir": args.memory_dir} if args.memory_dir
+                                     else {}).root
 
 
 def ros_memory_client(args: argparse.Namespace, ros_args: list[str], prog: str) -> MemoryClient:

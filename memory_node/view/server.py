@@ -63,6 +63,7 @@ from memory_node.agent.source_args import (
     add_memory_source_args,
     check_memory_source_args,
     fleet_memory_client,
+    memory_dir_of,
     ros_memory_client,
 )
 from memory_node.core.parameters import split_ros_args
@@ -439,13 +440,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _memory_dir(args: argparse.Namespace) -> Path:
-    return Path(args.memory_dir or os.environ.get("AGENT_MEMORY_DIR") or "agent_memory")
-
-
 def _make_backend(args: argparse.Namespace, ros_args: list[str]) -> ViewBackend:
     if args.ros:
-        directory = _memory_dir(args)
+        directory = memory_dir_of(args)
         reader = StoreReader(directory) if (directory / "memory.db").is_file() else None
         if reader is None:
             log.warning("memory-view: no memory.db in %s: search works, the map stays empty "
@@ -457,7 +454,7 @@ def _make_backend(args: argparse.Namespace, ros_args: list[str]) -> ViewBackend:
     from memory_node.core.config import MemoryConfig
     from memory_node.core.engine import MemoryEngine
 
-    directory = _memory_dir(args)
+    directory = memory_dir_of(args)
     if not (directory / "memory.db").is_file():
         raise FileNotFoundError(f"no memory store at {directory} (no memory.db): give "
                                 "--memory-dir, e.g. demo_out/memory after make demo")
