@@ -33,6 +33,24 @@ TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            history=HistoryPolicy.KEEP_LAST)
 
 
+def queue_wait(info: Any) -> float:
+    """How long a message waited between the middleware receiving it and its callback, in
+    wall seconds, from its MessageInfo (0 when the middleware gives no receipt time)."""
+    received = info.get("received_timestamp") if isinstance(info, dict) else None
+    if not isinstance(received, int) or received <= 0:
+        return 0.0
+    wait = time.time() - received * 1e-9  # the middleware stamps on the system clock
+    return wait if 0.0 < wait < MAX_QUEUE_WAIT_S else 0.0
+
+
+def with_queue_wait(callback: Callable[[Any, float], None]) -> Callable[..., None]:
+    """A subscription callback that hands `callback` the message and its queue wait (wall
+    seconds; 0 on an rclpy that gives callbacks no MessageInfo)."""
+    if MESSAGE_INFO:
+        return lambda msg, info: callback(msg, queue_wait(info))
+    return lambda msg: callback(msg, 0.0)
+
+
 # Clients' QoS for the memory services. Every client of a service reads the server's one
 # response topic and keeps only the answers addressed to it; with the default depth of 10, a
 # burst of other clients' answers pushes its own out of the queue before it takes it (seen:
@@ -168,15 +186,6 @@ class PoseTracker(PoseHistory):
                                      callback_group=callback_group)
 
     def _on_tf_received(self, data: bytes, info: Any) -> None:
-        self.on_tf(data, queued_wall_s=self.queue_wait(info))
-
-    @staticmethod
-    def queue_wait(info: Any) -> float:
-        """How long a message waited between the middleware receiving it and its callback, in
-        wall seconds (0 when the middleware gives no receipt time). A /tf queue that is behind
-        from the first message on would otherwise read as a clock offset, not as age."""
-        received = info.get("received_timestamp") if isinstance(info, dict) else None
-        if not isinstance(received, int) or received <= 0:
-            return 0.0
-        wait = time.time() - received * 1e-9  # the middleware stamps on the system clock
-        return wait if 0.0 < wait < MAX_QUEUE_WAIT_S else 0.0
+        # A /tf queue that is behind from the first message on would otherwise read as a
+        # clock offset, not as age.
+        self.on_tf(data, queued_wall_s=queue_wait(info))

@@ -16,6 +16,7 @@ topic watchdog and the stats topic.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import sys
@@ -45,6 +46,7 @@ from memory_node.ros.common import (
     engine_config_from_params,
     node_now,
     pose_tracker_from_params,
+    with_queue_wait,
 )
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
 
@@ -154,20 +156,22 @@ class MemoryRecorder(MaskedLogging, Node):
         feed = camera_feed(cfg)
         self.front_video = front_video_receiver(cfg, self.policy, self.get_logger().warning)
         if self.front_video is not None:
-            subscriptions["camera"] = (feed.topic, front_video_type(), self._on_front_video,
-                                       sensor_qos)
+            subscriptions["camera"] = (feed.topic, front_video_type(),
+                                       with_queue_wait(self._on_front_video), sensor_qos)
         else:
-            subscriptions["camera"] = (feed.topic, message_class(feed.message_type),
-                                       lambda m: self._on_sensor("camera", m, feed.kind),
-                                       sensor_qos)
+            subscriptions["camera"] = (
+                feed.topic, message_class(feed.message_type),
+                with_queue_wait(lambda m, w: self._on_sensor("camera", m, w, feed.kind)),
+                sensor_qos)
         # Every other stream as core/streams.py describes it (odometry also feeds the poses).
         for kind in stream_kinds():
             if kind.name == "camera":
                 continue
+            on_message = (self._on_odom if kind.name == "odom"
+                          else functools.partial(self._on_sensor, kind.name))
             subscriptions[kind.name] = (
                 cfg[kind.topic_param], message_class(kind.message_types[0]),
-                self._on_odom if kind.name == "odom"
-                else (lambda m, name=kind.name: self._on_sensor(name, m)),
+                with_queue_wait(on_message),
                 sensor_qos if kind.qos == "sensor" else RELIABLE_DEPTH)
         self.watches: dict[str, TopicWatch | None] = {}
         for stream, (topic, msg_type, callback, qos) in subscriptions.items():
@@ -203,23 +207,29 @@ class MemoryRecorder(MaskedLogging, Node):
         self.policy.count(stream, counter, n)
 
     # ---- callbacks (cheap) -------------------------------------------------------------------
-    def _on_odom(self, msg: Any) -> None:
-        self._enqueue(self.policy.receive_odom(msg))
+    # Each takes the message's wait in the subscription queue (wall seconds): a message with
+    # no usable stamp is stored at its arrival, not when a busy executor got to it.
+    def _on_odom(self, msg: Any, queued_wall_s: float = 0.0) -> None:
+        self._enqueue(self.policy.receive_odom(msg, self.policy.arrival(queued_wall_s)))
 
-    def _on_sensor(self, stream: str, msg: Any, kind: str = "") -> None:
-        self._enqueue(self.policy.receive(stream, msg, kind))
+    def _on_sensor(self, stream: str, msg: Any, queued_wall_s: float = 0.0,
+                   kind: str = "") -> None:
+        self._enqueue(self.policy.receive(stream, msg, kind,
+                                          arrived=self.policy.arrival(queued_wall_s)))
 
-    def _on_front_video(self, msg: Any) -> None:
+    def _on_front_video(self, msg: Any, queued_wall_s: float = 0.0) -> None:
         """Every access unit is decoded here, in arrival order (the decoder needs each one);
-        what becomes a job is a picture not yet converted to pixels."""
+        what becomes a job is a picture not yet converted to pixels, stamped (the video
+        carries no stamps) when the access unit arrived, not after its decoding."""
         assert self.front_video is not None
+        arrived = self.policy.arrival(queued_wall_s)
         picture = self.front_video.picture(msg)
         if picture is None:
             watch = self.watches.get("camera")
             if watch is not None:
                 watch.last, watch.heard = time.monotonic(), True
             return
-        self._on_sensor("camera", picture, FRONT_VIDEO.kind)
+        self._enqueue(self.policy.receive("camera", picture, FRONT_VIDEO.kind, arrived=arrived))
 
     def _enqueue(self, job: Job) -> None:
         watch = self.watches.get(job.stream)

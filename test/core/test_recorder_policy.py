@@ -360,3 +360,23 @@ def test_static_identities_and_odometry_only_take_the_odometry(engine):
     got = rows(engine)
     assert [r["pose"]["x"] for r in got] == pytest.approx([2.0 + 0.05 * i for i in range(30)])
     assert {(r["pose"]["frame"], r["pose"]["source"]) for r in got} == {("map", "odom")}
+
+
+def test_a_queue_wait_moves_the_arrival_back_at_the_clocks_rate(engine):
+    """A node under a 3x replay that reaches a message half a wall second after the middleware
+    received it: the message arrived 1.5 s of node clock ago, and a message without a stamp is
+    stored then, not when its callback ran."""
+    from memory_node.core.pose_history import PoseHistory
+    from memory_node.core.recorder import ManualClock
+
+    node, wall = ManualClock(T0), ManualClock(50.0)
+    poses = PoseHistory("map", "base_link", clock=node, wall=wall)
+    policy = RecorderPolicy({"min_distance": 0.01}, engine, poses)
+    assert policy.arrival(0.5) == T0 - 0.5  # no rate measured yet: the wall's
+    for _ in range(15):  # 1.5 wall seconds, 4.5 s of node clock
+        wall.now += 0.1
+        node.now += 0.3
+        policy.arrival()
+    assert policy.arrival(0.5) == pytest.approx(node.now - 1.5)
+    job = policy.receive_odom(odom(1.0, 0.0), arrived=policy.arrival(0.5))
+    assert job.t == pytest.approx(node.now - 1.5)

@@ -318,3 +318,41 @@ def test_a_lidar_clock_an_hour_off_without_tf_is_posed_by_odometry_at_arrival(re
     assert all(r["pose"]["frame"] == "odom" and r["pose"]["source"].startswith("odom")
                for r in rows)
     assert all(abs(r["t"] - t0) < 30 for r in rows)  # the node clock, not an hour ago
+
+
+def test_unstamped_odometry_that_waited_in_the_queue_is_stored_at_its_arrival(recorder):
+    """A driver that leaves stamps zero (unitree_ros2's odometry): its messages are stamped on
+    arrival. A busy process reaches them late; they are stored when the middleware received
+    them, not when their callback ran (stored 1.5 s late, each row's pose was 1.5 s of
+    travel away from where the robot was at its time)."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    from memory_node.ros.common import MESSAGE_INFO
+
+    assert MESSAGE_INFO  # every distro tested here hands callbacks their MessageInfo
+    topic = recorder.settings["odom_topic"]
+    driver = rclpy.create_node("unstamped_driver", context=recorder.context)
+    try:
+        pub = driver.create_publisher(Odometry, topic, 10)
+        wait_until(lambda: pub.get_subscription_count() > 0, "the recorder subscribed",
+                   timeout=10.0)
+        sent = []
+        for i in range(5):  # the recorder does not spin: each waits in its queue
+            sent.append(time.time())
+            pub.publish(_odom(float(i), 0.0))
+            time.sleep(0.2)
+        time.sleep(1.5)
+        spun = time.time()
+        executor = SingleThreadedExecutor(context=recorder.context)
+        executor.add_node(recorder)
+        deadline = time.monotonic() + 10.0
+        while recorder.counters["odom"].received < 5 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+        executor.remove_node(recorder)
+        executor.shutdown()
+    finally:
+        driver.destroy_node()
+    rows = _odom_rows(recorder)
+    assert [r["pose"]["x"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0], rows
+    late = [r["t"] - s for r, s in zip(rows, sent, strict=True)]
+    assert all(-0.05 < d < 0.15 for d in late), (late, spun - sent[-1])
