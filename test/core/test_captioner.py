@@ -216,8 +216,11 @@ def test_restart_continues_pending_captions(tmp_path: Path) -> None:
         srv.gate.clear()
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30, timeout=0.5)
         ids = eng.add_stream_rows("camera", _frames(3))
-        eng.close()  # the process ends with every caption pending
-        assert srv.count <= 1
+        # The endpoint answers nothing: the process ends with every caption pending (a request
+        # that timed out was retried at once on the simulated clock: how many were sent
+        # before the close depends on the machine's load, not on the captioner).
+        assert states(eng) == {"captioned": 0, "pending": 3, "failed": 0}
+        eng.close()
         srv.gate.set()
         eng = make(tmp_path / "m", srv, sim, caption_max_per_min=30)
         try:
