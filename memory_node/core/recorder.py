@@ -42,7 +42,7 @@ from memory_node.core.disk import (
     is_disk_full,
 )
 from memory_node.core.keyframe_payloads import Job, KeyframePayloads
-from memory_node.core.pose_history import ClockRate, Logger, PoseHistory, default_logger
+from memory_node.core.pose_history import Logger, PoseHistory, default_logger
 from memory_node.core.recorder_settings import recorder_settings
 from memory_node.core.recording import KeyframeGate, PoseResolver, Timeline
 from memory_node.core.streams import sensor_stream_names, stream_kind
@@ -145,9 +145,6 @@ class RecorderPolicy:
         self.timeline = Timeline()  # epochs of the node clock: a looping bag starts a new one
         self._unstamped: set[str] = set()  # streams whose driver leaves header.stamp zero
         self._restamped: set[str] = set()  # streams stored at receipt time (stamp_source)
-        # Node-clock seconds per wall second: a message's wait in the subscription queue, in
-        # wall seconds, moved back on the node clock (see `arrival`).
-        self._clock_rate = ClockRate()
         self.resolver = PoseResolver(poses, self.tf_wait_s, clock=self.wall, sleep=sleep,
                                      node_clock=self.clock,
                                      jump_threshold_s=self.timeline.detector.threshold_s)
@@ -207,22 +204,11 @@ class RecorderPolicy:
                 gate.reset()
         return now
 
-    def arrival(self, queued_wall_s: float = 0.0) -> float:
-        """When a message arrived, on the node clock: now, less the `queued_wall_s` wall
-        seconds it waited between the middleware receiving it and its callback (while other
-        callbacks held the executor), at the rate the node clock runs (3x under a 3x replay).
-        What a message without a usable stamp is stored at: its callback's own time would
-        stamp it late by every wait a busy process adds."""
-        now = self.clock()
-        rate = self._clock_rate.update(self.wall(), now)
-        if queued_wall_s <= 0.0:
-            return now
-        return now - queued_wall_s * rate
-
     def stamp(self, stream: str, msg: Any,
               arrived: float | None = None) -> tuple[float, float]:
-        """(the time to store, the time to look TF and odometry up at). `arrived`: the
-        message's arrival on the node clock (`arrival`; default now).
+        """(the time to store, the time to look TF and odometry up at). `arrived`: when the
+        message arrived, on the node clock (default now; never later than now): when the
+        middleware received it, not when a busy process reached its callback.
 
         Stored: the header stamp (`stamp_source: header`), the node clock on arrival
         (`receipt`), or by default the header stamp unless it is further than
@@ -233,7 +219,9 @@ class RecorderPolicy:
         A driver that leaves the stamp zero gets the arrival time for both (said once).
         """
         header = stamp_to_seconds(msg.header.stamp)
-        now = self.clock() if arrived is None else arrived
+        now = self.clock()
+        if arrived is not None:
+            now = min(now, arrived)
         if header <= 0.0:
             if stream not in self._unstamped:
                 self._unstamped.add(stream)

@@ -33,22 +33,30 @@ TF_STATIC_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                            history=HistoryPolicy.KEEP_LAST)
 
 
-def queue_wait(info: Any) -> float:
-    """How long a message waited between the middleware receiving it and its callback, in
-    wall seconds, from its MessageInfo (0 when the middleware gives no receipt time)."""
+def received_at(info: Any) -> float | None:
+    """When the middleware received a message, in system-clock seconds, from its MessageInfo
+    (None when it gives no usable receipt time)."""
     received = info.get("received_timestamp") if isinstance(info, dict) else None
     if not isinstance(received, int) or received <= 0:
-        return 0.0
-    wait = time.time() - received * 1e-9  # the middleware stamps on the system clock
-    return wait if 0.0 < wait < MAX_QUEUE_WAIT_S else 0.0
+        return None
+    t = received * 1e-9  # the middleware stamps on the system clock
+    return t if 0.0 <= time.time() - t < MAX_QUEUE_WAIT_S else None
 
 
-def with_queue_wait(callback: Callable[[Any, float], None]) -> Callable[..., None]:
-    """A subscription callback that hands `callback` the message and its queue wait (wall
-    seconds; 0 on an rclpy that gives callbacks no MessageInfo)."""
+def queue_wait(info: Any) -> float:
+    """How long a message waited between the middleware receiving it and its callback, in
+    wall seconds (0 when the middleware gives no receipt time)."""
+    received = received_at(info)
+    return 0.0 if received is None else max(0.0, time.time() - received)
+
+
+def with_receipt(callback: Callable[[Any, float | None], None]) -> Callable[..., None]:
+    """A subscription callback that hands `callback` the message and when the middleware
+    received it (system-clock seconds; None on an rclpy that gives callbacks no MessageInfo,
+    or a middleware that leaves the time out)."""
     if MESSAGE_INFO:
-        return lambda msg, info: callback(msg, queue_wait(info))
-    return lambda msg: callback(msg, 0.0)
+        return lambda msg, info: callback(msg, received_at(info))
+    return lambda msg: callback(msg, None)
 
 
 # Clients' QoS for the memory services. Every client of a service reads the server's one

@@ -46,7 +46,7 @@ from memory_node.ros.common import (
     engine_config_from_params,
     node_now,
     pose_tracker_from_params,
-    with_queue_wait,
+    with_receipt,
 )
 from memory_node.ros.process import init_ros, print_help_if_asked, spin_nodes
 
@@ -157,11 +157,11 @@ class MemoryRecorder(MaskedLogging, Node):
         self.front_video = front_video_receiver(cfg, self.policy, self.get_logger().warning)
         if self.front_video is not None:
             subscriptions["camera"] = (feed.topic, front_video_type(),
-                                       with_queue_wait(self._on_front_video), sensor_qos)
+                                       with_receipt(self._on_front_video), sensor_qos)
         else:
             subscriptions["camera"] = (
                 feed.topic, message_class(feed.message_type),
-                with_queue_wait(lambda m, w: self._on_sensor("camera", m, w, feed.kind)),
+                with_receipt(lambda m, r: self._on_sensor("camera", m, r, feed.kind)),
                 sensor_qos)
         # Every other stream as core/streams.py describes it (odometry also feeds the poses).
         for kind in stream_kinds():
@@ -171,7 +171,7 @@ class MemoryRecorder(MaskedLogging, Node):
                           else functools.partial(self._on_sensor, kind.name))
             subscriptions[kind.name] = (
                 cfg[kind.topic_param], message_class(kind.message_types[0]),
-                with_queue_wait(on_message),
+                with_receipt(on_message),
                 sensor_qos if kind.qos == "sensor" else RELIABLE_DEPTH)
         self.watches: dict[str, TopicWatch | None] = {}
         for stream, (topic, msg_type, callback, qos) in subscriptions.items():
@@ -207,22 +207,22 @@ class MemoryRecorder(MaskedLogging, Node):
         self.policy.count(stream, counter, n)
 
     # ---- callbacks (cheap) -------------------------------------------------------------------
-    # Each takes the message's wait in the subscription queue (wall seconds): a message with
-    # no usable stamp is stored at its arrival, not when a busy executor got to it.
-    def _on_odom(self, msg: Any, queued_wall_s: float = 0.0) -> None:
-        self._enqueue(self.policy.receive_odom(msg, self.policy.arrival(queued_wall_s)))
+    # Each takes when the middleware received the message (system-clock seconds, or None): a
+    # message with no usable stamp is stored at its arrival, not when a busy executor got to it.
+    def _on_odom(self, msg: Any, received_s: float | None = None) -> None:
+        self._enqueue(self.policy.receive_odom(msg, self._arrival(received_s)))
 
-    def _on_sensor(self, stream: str, msg: Any, queued_wall_s: float = 0.0,
+    def _on_sensor(self, stream: str, msg: Any, received_s: float | None = None,
                    kind: str = "") -> None:
         self._enqueue(self.policy.receive(stream, msg, kind,
-                                          arrived=self.policy.arrival(queued_wall_s)))
+                                          arrived=self._arrival(received_s)))
 
-    def _on_front_video(self, msg: Any, queued_wall_s: float = 0.0) -> None:
+    def _on_front_video(self, msg: Any, received_s: float | None = None) -> None:
         """Every access unit is decoded here, in arrival order (the decoder needs each one);
         what becomes a job is a picture not yet converted to pixels, stamped (the video
         carries no stamps) when the access unit arrived, not after its decoding."""
         assert self.front_video is not None
-        arrived = self.policy.arrival(queued_wall_s)
+        arrived = self._arrival(received_s)
         picture = self.front_video.picture(msg)
         if picture is None:
             watch = self.watches.get("camera")
@@ -230,6 +230,13 @@ class MemoryRecorder(MaskedLogging, Node):
                 watch.last, watch.heard = time.monotonic(), True
             return
         self._enqueue(self.policy.receive("camera", picture, FRONT_VIDEO.kind, arrived=arrived))
+
+    def _arrival(self, received_s: float | None) -> float | None:
+        """The node clock when the middleware received a message (None: take now). On the
+        system clock that is the receipt time itself. Under simulated time it is not known:
+        the /clock readings are read by the same process, which is as late as the message's
+        callback when it stalls, so the callback's time stays."""
+        return None if getattr(self.get_clock(), "ros_time_is_active", False) else received_s
 
     def _enqueue(self, job: Job) -> None:
         watch = self.watches.get(job.stream)

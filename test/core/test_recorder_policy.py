@@ -362,21 +362,13 @@ def test_static_identities_and_odometry_only_take_the_odometry(engine):
     assert {(r["pose"]["frame"], r["pose"]["source"]) for r in got} == {("map", "odom")}
 
 
-def test_a_queue_wait_moves_the_arrival_back_at_the_clocks_rate(engine):
-    """A node under a 3x replay that reaches a message half a wall second after the middleware
-    received it: the message arrived 1.5 s of node clock ago, and a message without a stamp is
-    stored then, not when its callback ran."""
-    from memory_node.core.pose_history import PoseHistory
-    from memory_node.core.recorder import ManualClock
 
-    node, wall = ManualClock(T0), ManualClock(50.0)
-    poses = PoseHistory("map", "base_link", clock=node, wall=wall)
-    policy = RecorderPolicy({"min_distance": 0.01}, engine, poses)
-    assert policy.arrival(0.5) == T0 - 0.5  # no rate measured yet: the wall's
-    for _ in range(15):  # 1.5 wall seconds, 4.5 s of node clock
-        wall.now += 0.1
-        node.now += 0.3
-        policy.arrival()
-    assert policy.arrival(0.5) == pytest.approx(node.now - 1.5)
-    job = policy.receive_odom(odom(1.0, 0.0), arrived=policy.arrival(0.5))
-    assert job.t == pytest.approx(node.now - 1.5)
+def test_a_message_is_stamped_when_it_arrived_never_after_now(engine):
+    """A zero-stamped message that arrived 1.5 s of node clock before its callback ran is
+    stored then; an arrival past the node clock (a reading from before a jump back) is now."""
+    policy = RecorderPolicy.offline({"min_distance": 0.01}, engine)
+    policy.manual_clock.set(T0)
+    assert policy.receive_odom(odom(1.0, 0.0), arrived=T0 - 1.5).t == T0 - 1.5
+    assert policy.receive_odom(odom(2.0, 0.0), arrived=T0 + 60.0).t == T0
+    assert policy.receive_odom(odom(3.0, 0.0)).t == T0
+

@@ -356,3 +356,4 @@ def test_unstamped_odometry_that_waited_in_the_queue_is_stored_at_its_arrival(re
     assert [r["pose"]["x"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0], rows
     late = [r["t"] - s for r, s in zip(rows, sent, strict=True)]
     assert all(-0.05 < d < 0.15 for d in late), (late, spun - sent[-1])
+
