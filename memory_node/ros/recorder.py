@@ -234,8 +234,7 @@ class MemoryRecorder(MaskedLogging, Node):
     def _arrival(self, received_s: float | None) -> float | None:
         """The node clock when the middleware received a message (None: take now). On the
         system clock that is the receipt time itself. Under simulated time it is not known:
-        the /clock readings are read by the same process, which is as late as the message's
-        callback when it stalls, so the callback's time stays."""
+        /clock reaches the node as late as the message does, so the callback's time stays."""
         return None if getattr(self.get_clock(), "ros_time_is_active", False) else received_s
 
     def _enqueue(self, job: Job) -> None:

@@ -362,7 +362,6 @@ def test_static_identities_and_odometry_only_take_the_odometry(engine):
     assert {(r["pose"]["frame"], r["pose"]["source"]) for r in got} == {("map", "odom")}
 
 
-
 def test_a_message_is_stamped_when_it_arrived_never_after_now(engine):
     """A zero-stamped message that arrived 1.5 s of node clock before its callback ran is
     stored then; an arrival past the node clock (a reading from before a jump back) is now."""
@@ -371,4 +370,3 @@ def test_a_message_is_stamped_when_it_arrived_never_after_now(engine):
     assert policy.receive_odom(odom(1.0, 0.0), arrived=T0 - 1.5).t == T0 - 1.5
     assert policy.receive_odom(odom(2.0, 0.0), arrived=T0 + 60.0).t == T0
     assert policy.receive_odom(odom(3.0, 0.0)).t == T0
-

@@ -54,11 +54,11 @@ RATE = 3.0
 # longer in recording time.
 UNSTAMPED_RATE = 2.0
 # How late (in recording time) a row stamped on arrival may be. Under simulated time a row is
-# stamped when its callback runs (the node-clock reading at receipt is not known), and the
-# recording process stalls now and then on this 2-core machine: its callbacks ran in bursts,
-# 0.2-0.35 s after the middleware received their messages, and up to 0.9 s (1.8 s of recording
-# time at 2x; CI saw 0.85 s, 2.5 s at 3x): 1.5 s of wall time at UNSTAMPED_RATE. On the system
-# clock a robot's rows take the receipt time (test/ros/test_recorder_poses.py).
+# stamped when its callback runs (the node-clock reading at receipt is not known), and on this
+# 2-core machine the callbacks ran in bursts 0.2-0.35 s after the middleware received their
+# messages, up to 0.9 s (1.8 s of recording time at 2x; CI saw 0.85 s, 2.5 s at 3x): 1.5 s of
+# wall time at UNSTAMPED_RATE. On the system clock a robot's rows take the receipt time
+# (test/ros/test_recorder_poses.py).
 ARRIVAL_LATE_S = 3.0
 # How early: a node stamping on arrival reads its clock from /clock, a topic of its own that the
 # middleware delivers independently of the sensor's; when the replay fell behind and its clock

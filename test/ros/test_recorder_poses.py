@@ -323,7 +323,7 @@ def test_a_lidar_clock_an_hour_off_without_tf_is_posed_by_odometry_at_arrival(re
 def test_unstamped_odometry_that_waited_in_the_queue_is_stored_at_its_arrival(recorder):
     """A driver that leaves stamps zero (unitree_ros2's odometry): its messages are stamped on
     arrival. A busy process reaches them late; they are stored when the middleware received
-    them, not when their callback ran (stored 1.5 s late, each row's pose was 1.5 s of
+    them, not when their callback ran (1.5 s later: each row would have been stored 1.5 s of
     travel away from where the robot was at its time)."""
     from rclpy.executors import SingleThreadedExecutor
 
@@ -356,4 +356,3 @@ def test_unstamped_odometry_that_waited_in_the_queue_is_stored_at_its_arrival(re
     assert [r["pose"]["x"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0], rows
     late = [r["t"] - s for r, s in zip(rows, sent, strict=True)]
     assert all(-0.05 < d < 0.15 for d in late), (late, spun - sent[-1])
-
