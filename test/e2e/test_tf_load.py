@@ -217,12 +217,20 @@ def test_notes_saved_mid_replay_at_2x_get_the_pose_of_their_time(sample, replay_
     (and its reported age): under simulated time the node clock advances in /clock steps
     while /tf runs ahead of it, and moving at 2x that is about a tenth of a metre — or says that
     its pose is stale (a listener that fell behind on a loaded host), never an old pose
-    silently; and most are exact and fresh."""
+    silently; and most are exact and fresh. A note before the node's first /tf may be
+    odometry's pose, labelled so."""
     _, _, truth_at = _truth(sample)
-    exact = 0
-    for kind, ans in replay_notes:
+    exact = before_tf = 0
+    for n, (kind, ans) in enumerate(replay_notes):
         assert ans["ok"], ans
         pose = ans["pose"]
+        if pose["source"] in ("odom", "odom_interpolated") and n == before_tf:
+            # On a loaded host the node can have read /clock and /odom but not yet /tf when
+            # the first note comes (CI: 1 s of bag in): its honest answer is odometry,
+            # labelled so. Only at the start, never after a TF pose.
+            assert pose["frame"] in ("map", "odom") and "age_s" in pose, ans
+            before_tf += 1
+            continue
         assert pose["source"] == "tf" and pose["frame"] == "map" and "age_s" in pose, ans
         lo = ans["t"] - pose["age_s"] - CLOCK_SLACK_S
         err = min(math.hypot(pose["x"] - x, pose["y"] - y)
@@ -231,6 +239,7 @@ def test_notes_saved_mid_replay_at_2x_get_the_pose_of_their_time(sample, replay_
         ok = err < (POSE_TOL_M if kind == "still" else MOVING_TOL_M)
         assert ok or pose.get("stale") is True, (kind, err, ans)
         exact += ok and not pose.get("stale")
+    assert before_tf <= 2, replay_notes
     assert exact >= 0.75 * len(replay_notes), replay_notes
 
 
