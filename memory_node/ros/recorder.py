@@ -220,16 +220,16 @@ class MemoryRecorder(MaskedLogging, Node):
     def _on_front_video(self, msg: Any, received_s: float | None = None) -> None:
         """Every access unit is decoded here, in arrival order (the decoder needs each one);
         what becomes a job is a picture not yet converted to pixels, stamped (the video
-        carries no stamps) when the access unit arrived, not after its decoding."""
+        carries no stamps) with its access unit's receipt time where the middleware gives one,
+        so the decoding adds nothing to it."""
         assert self.front_video is not None
-        arrived = self._arrival(received_s)
         picture = self.front_video.picture(msg)
         if picture is None:
             watch = self.watches.get("camera")
             if watch is not None:
                 watch.last, watch.heard = time.monotonic(), True
             return
-        self._enqueue(self.policy.receive("camera", picture, FRONT_VIDEO.kind, arrived=arrived))
+        self._on_sensor("camera", picture, received_s, FRONT_VIDEO.kind)
 
     def _arrival(self, received_s: float | None) -> float | None:
         """The node clock when the middleware received a message (None: take now). On the
