@@ -15,13 +15,14 @@ import pytest
 import rclpy
 from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.serialization import serialize_message
 from rclpy.time import Time
 from tf2_msgs.msg import TFMessage
 from waiting import wait_until
 
 from memory_node.core.recorder import ManualClock
-from memory_node.ros.common import TF_LISTENER_NODE, pose_tracker_from_params
+from memory_node.ros.common import MESSAGE_INFO, TF_LISTENER_NODE, pose_tracker_from_params
 from memory_node.ros.recorder import MemoryRecorder
 from memory_node.wire.geometry import seconds_to_stamp
 
@@ -325,10 +326,6 @@ def test_unstamped_odometry_that_waited_in_the_queue_is_stored_at_its_arrival(re
     arrival. A busy process reaches them late; they are stored when the middleware received
     them, not when their callback ran (1.5 s later: each row would have been stored 1.5 s of
     travel away from where the robot was at its time)."""
-    from rclpy.executors import SingleThreadedExecutor
-
-    from memory_node.ros.common import MESSAGE_INFO
-
     assert MESSAGE_INFO  # every distro tested here hands callbacks their MessageInfo
     topic = recorder.settings["odom_topic"]
     driver = rclpy.create_node("unstamped_driver", context=recorder.context)
